@@ -1,0 +1,58 @@
+"""The single forward helper through which every decoder drives a stock transformers causal LM.
+
+Vanilla, speculative and every tree decoder call :func:`forward`, so a measured speedup compares
+algorithms, not two code paths. Only public inputs of the stock model are used: ``input_ids``,
+``position_ids``, ``attention_mask`` (none for a plain causal continuation, or a 4-D additive mask for
+tree / lookahead layouts), and ``cache`` (the KV cache keyword of transformers 5.x). No transformers code is patched.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+def new_cache(model: PreTrainedModel) -> DynamicCache:
+    """An empty dynamic KV cache for ``model``."""
+    return DynamicCache(config=model.config)
+
+
+@torch.inference_mode()
+def forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: DynamicCache,
+    *,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    logits_to_keep: int = 0,
+) -> torch.Tensor:
+    """Run ``model`` on new tokens that continue what ``cache`` holds, appending their KV entries.
+
+    Args:
+        model: a transformers causal LM (Qwen2, Llama, ...), batch size 1.
+        input_ids: ``torch.LongTensor`` of shape ``(1, n)``: the new tokens.
+        cache: the model's KV cache; its length ``past_len`` grows by ``n``.
+        position_ids: ``torch.LongTensor`` of shape ``(1, n)``; defaults to ``past_len .. past_len+n-1``
+            (a plain continuation). Tree layouts pass their own (several tokens may share a position).
+        attention_mask: ``None`` for a causal continuation, or a 4-D additive float mask of shape
+            ``(1, 1, n, past_len + n)`` in the model's dtype (0 = attend, dtype min = masked), as built by
+            :mod:`decoders.common.tree`.
+        logits_to_keep: if > 0, only the last ``logits_to_keep`` positions go through the LM head
+            (saves the vocab projection when only the next token is needed).
+
+    Returns:
+        ``torch.Tensor`` of shape ``(1, n or logits_to_keep, vocab_size)`` in the model's dtype.
+    """
+    if position_ids is None:
+        past_len = cache.get_seq_length()
+        position_ids = torch.arange(past_len, past_len + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+    out = model(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
+        cache=cache,  # transformers >= 5.2x: the KV cache keyword (formerly past_key_values)
+        use_cache=True,
+        logits_to_keep=logits_to_keep,
+    )
+    return out.logits

@@ -1,0 +1,74 @@
+"""KV-cache edits: rollback (crop) and compaction of an accepted tree path (``keep_path``).
+
+Both act on a transformers :class:`~transformers.DynamicCache` whose layers store keys and values of
+shape ``(batch_size, num_kv_heads, seq_len, head_dim)``. Caches that cannot be edited (sliding-window,
+quantized, linear-attention layers) are refused with a ``TypeError`` rather than silently corrupted.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+def _check_editable(cache: DynamicCache) -> None:
+    for layer in cache.layers:
+        if not getattr(layer, "is_croppable", False) or getattr(layer, "is_sliding", False):
+            raise TypeError(
+                f"KV cache layer {type(layer).__name__} cannot be rolled back; speculative decoders need "
+                "full-attention DynamicCache layers (no sliding window, no quantized cache)."
+            )
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Drop every KV entry at positions ``>= length`` (rollback of rejected tokens).
+
+    Args:
+        cache: the cache to edit in place.
+        length: number of entries to keep; must be ``<=`` the current length.
+
+    Raises:
+        ValueError: if ``length`` is negative or longer than the cache.
+    """
+    current = cache.get_seq_length()
+    if not 0 <= length <= current:
+        raise ValueError(f"cannot crop a KV cache of length {current} to {length}")
+    if length < current:
+        _check_editable(cache)
+        cache.crop(length - current)  # transformers 5.x: a negative count of entries to remove
+
+
+def keep_path(cache: DynamicCache, start: int, kept_positions: Sequence[int] | torch.Tensor) -> None:
+    """Keep ``cache[:start]`` followed by the entries at ``kept_positions``; drop everything else.
+
+    Tree and lookahead verification write KV entries for every candidate token; after verification
+    only the accepted path survives, moved down to sit right after ``start``.
+
+    Example:
+        The cache holds 10 committed entries, then a 6-token tree ``[a, b1, b2, c1, c2, d]`` at
+        positions 10..15. If the accepted path is ``a, b2, c2``, then
+        ``keep_path(cache, 10, [10, 12, 14])`` leaves 13 entries: the first 10, then a, b2, c2.
+
+    Args:
+        cache: the cache to edit in place.
+        start: entries before this index are kept as they are.
+        kept_positions: increasing absolute indices ``>= start`` to keep, in order.
+
+    Raises:
+        ValueError: if an index is out of range or the indices do not increase.
+    """
+    length = cache.get_seq_length()
+    kept = torch.as_tensor(list(kept_positions) if not torch.is_tensor(kept_positions) else kept_positions,
+                           dtype=torch.long)
+    if kept.numel() and (kept.min() < start or kept.max() >= length or (kept.diff() <= 0).any()):
+        raise ValueError(f"kept_positions must increase within [{start}, {length}); got {kept.tolist()}")
+    if kept.numel() and torch.equal(kept, torch.arange(start, start + kept.numel())):
+        crop(cache, start + kept.numel())  # the path is already in place
+        return
+    _check_editable(cache)
+    for layer in cache.layers:
+        idx = kept.to(layer.keys.device)
+        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, idx)], dim=-2)
+        layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, idx)], dim=-2)

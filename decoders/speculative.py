@@ -1,0 +1,137 @@
+"""Draft-model speculative decoding with greedy verification.
+
+Leviathan, Kalman & Matias 2023 ("Fast Inference from Transformers via Speculative Decoding",
+arXiv 2211.17192, Algorithm 1) and Chen et al. 2023 (arXiv 2302.01318), greedy case: the draft model
+proposes ``gamma`` tokens autoregressively, the target model scores all of them in one forward, the
+longest prefix that matches the target's argmax is accepted, and the target's own next token (the bonus
+token) is appended. Rejected tokens are rolled back from both KV caches.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from transformers import PreTrainedModel
+
+from decoders.common.forward import forward, new_cache
+from decoders.common.kv_cache import crop
+from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
+from decoders.common.verify import greedy_verify
+from harness.types import DecodeResult, StepRecord
+
+
+def check_gamma(gamma: int) -> int:
+    """Return ``gamma`` if it is an integer >= 1, else raise ``ValueError``."""
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1, got {gamma!r}")
+    return gamma
+
+
+class SpeculativeDecoder:
+    """Greedy speculative decoding with a draft model.
+
+    Cache invariant between steps: both caches hold KV for every committed token except the last one
+    (``pending``), which is fed first in the next forward. After a fully accepted draft the draft cache
+    also lacks the last draft token; it is fed together with ``pending`` in the next draft forward.
+
+    Args:
+        target_model: the model whose greedy output is reproduced.
+        draft_model: a smaller model with the same tokenizer.
+        gamma: draft tokens per step (>= 1). Near the end the draft is shortened so a step never
+            produces more than ``max_new_tokens``.
+        eos_token_ids: ids that end generation. Drafting also stops early at an EOS draft token.
+
+    Raises:
+        ValueError: if ``gamma < 1`` or ``draft_model`` is missing.
+    """
+
+    name = "speculative"
+
+    def __init__(
+        self,
+        target_model: PreTrainedModel,
+        draft_model: PreTrainedModel | None,
+        gamma: int = 4,
+        eos_token_ids: Iterable[int] = (),
+        **_: object,
+    ):
+        if draft_model is None:
+            raise ValueError("the speculative decoder needs a draft model: choose a model pair with a draft")
+        self.target_model = target_model
+        self.draft_model = draft_model
+        self.gamma = check_gamma(gamma)
+        self.eos_token_ids = frozenset(eos_token_ids)
+        # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft may only propose ids the
+        # target can embed.
+        self._draft_vocab = min(
+            target_model.get_input_embeddings().num_embeddings, draft_model.get_output_embeddings().out_features
+        )
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
+
+        Each :class:`StepRecord` carries ``drafted`` (tokens proposed), ``accepted``, ``draft_forwards``
+        and the tokens fed to each model.
+        """
+        check_max_new_tokens(max_new_tokens)
+        if input_ids.shape[0] != 1:
+            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
+        device = input_ids.device
+        prompt_len = input_ids.shape[1]
+        target_cache, draft_cache = new_cache(self.target_model), new_cache(self.draft_model)
+
+        logits = forward(self.target_model, input_ids, target_cache, logits_to_keep=1)
+        out = [int(logits[0, -1].argmax())]
+        steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
+        # The draft's prefill (the prompt) is charged to the first drafting step.
+        draft_feed = input_ids[0].tolist()
+
+        while len(out) < max_new_tokens and out[-1] not in self.eos_token_ids:
+            committed = prompt_len + len(out)  # tokens known so far; the last one is pending
+            gamma = min(self.gamma, max_new_tokens - len(out) - 1)
+            draft_tokens: list[int] = []
+            draft_forwards = draft_tokens_fed = 0
+            if gamma > 0:
+                feed = draft_feed + [out[-1]]
+                while len(draft_tokens) < gamma:
+                    d_logits = forward(
+                        self.draft_model, torch.tensor([feed], device=device), draft_cache, logits_to_keep=1
+                    )
+                    draft_forwards += 1
+                    draft_tokens_fed += len(feed)
+                    token = int(d_logits[0, -1, : self._draft_vocab].argmax())
+                    draft_tokens.append(token)
+                    if token in self.eos_token_ids:
+                        break
+                    feed = [token]
+            # Verify: pending token + draft, one target forward.
+            verify_ids = torch.tensor([[out[-1], *draft_tokens]], device=device)
+            t_logits = forward(self.target_model, verify_ids, target_cache)
+            target_argmax = t_logits[0].argmax(-1)
+            n, bonus = greedy_verify(torch.tensor(draft_tokens, device=device, dtype=torch.long), target_argmax)
+            out.extend(draft_tokens[:n])
+            out.append(bonus)
+            steps.append(
+                StepRecord(
+                    target_tokens_fed=len(draft_tokens) + 1,
+                    emitted=n + 1,
+                    drafted=len(draft_tokens),
+                    accepted=n,
+                    draft_forwards=draft_forwards,
+                    draft_tokens_fed=draft_tokens_fed,
+                    source={"draft": n, "bonus": 1},
+                )
+            )
+            # Roll back: keep committed-so-far (incl. the old pending) + accepted drafts.
+            crop(target_cache, committed + n)
+            if draft_tokens:
+                draft_len = draft_cache.get_seq_length()  # = committed + len(draft_tokens) - 1
+                keep = min(draft_len, committed + n)
+                crop(draft_cache, keep)
+                # Tokens the draft cache still lacks, except the new pending bonus token.
+                draft_feed = out[keep - prompt_len : -1]
+            else:
+                draft_feed = draft_feed + out[-2:-1] if len(out) >= 2 else draft_feed
+        return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps))

