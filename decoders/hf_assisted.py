@@ -45,6 +45,8 @@ class HFAssistedDecoder:
             ``None`` keeps transformers' default.
         assistant_confidence_threshold: early-stop threshold of the draft; ``None`` keeps the default.
         eos_token_ids: ids that end generation.
+        tokenizer: the shared tokenizer; used only when the two configs' ``vocab_size`` differ (padded
+            embeddings), where transformers requires universal assisted decoding.
 
     The assistant's generation config is restored before every call, so the heuristic schedule's state
     never leaks from one sample to the next (which would make speed depend on sample order).
@@ -63,6 +65,7 @@ class HFAssistedDecoder:
         num_assistant_tokens_schedule: str | None = None,
         assistant_confidence_threshold: float | None = None,
         eos_token_ids: Iterable[int] = (),
+        tokenizer: Any = None,
         **_: object,
     ):
         if draft_model is None:
@@ -72,6 +75,14 @@ class HFAssistedDecoder:
         self.target_model = target_model
         self.draft_model = draft_model
         self.eos_token_ids = frozenset(eos_token_ids)
+        # transformers decides "same tokenizer" by config.vocab_size; padded sizes may differ although the
+        # tokenizer is shared (checked by harness.models), and then it insists on both tokenizers
+        # (universal assisted decoding, which re-tokenizes text between the models).
+        self._generate_kwargs: dict[str, Any] = {}
+        if target_model.config.get_text_config().vocab_size != draft_model.config.get_text_config().vocab_size:
+            if tokenizer is None:
+                raise ValueError("target and draft vocab sizes differ: hf_assisted needs `tokenizer`")
+            self._generate_kwargs = {"tokenizer": tokenizer, "assistant_tokenizer": tokenizer}
         self._draft_generation_config = copy.deepcopy(draft_model.generation_config)
         for key, value in (
             ("num_assistant_tokens", gamma),
@@ -103,6 +114,7 @@ class HFAssistedDecoder:
                 attention_mask=torch.ones_like(input_ids),
                 assistant_model=self.draft_model,
                 generation_config=gen_config,
+                **self._generate_kwargs,
             )
         finally:
             for h in handles:

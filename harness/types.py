@@ -105,8 +105,9 @@ class DecodeResult:
             "target_tokens_fed_per_step": (
                 sum(s.target_tokens_fed for s in decode_steps) / len(decode_steps) if decode_steps else 0.0
             ),
-            "accepted_per_step": [s.accepted for s in decode_steps],
-            "drafted_per_step": [s.drafted for s in decode_steps],
+            # Per-step lists only where something was drafted (vanilla's would be all zeros).
+            "accepted_per_step": [s.accepted for s in decode_steps] if self.num_drafted else None,
+            "drafted_per_step": [s.drafted for s in decode_steps] if self.num_drafted else None,
             **self.extra,
         }
 

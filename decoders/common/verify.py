@@ -3,7 +3,9 @@
 Follows the greedy special case of speculative decoding (Leviathan et al. 2023, arXiv 2211.17192,
 Algorithm 1; Chen et al. 2023, arXiv 2302.01318): draft token ``i`` is accepted while it equals the
 target's argmax at the previous position; the target's argmax right after the last accepted token is
-the bonus (or correction) token. Sampling verification is not implemented.
+the bonus (or correction) token. :func:`branch_verify` applies the same rule to several candidate
+branches verified in one tree forward (SpecInfer, arXiv 2305.09781; lookahead decoding's verification
+branch, arXiv 2402.02057) and keeps the longest accepted one. Sampling verification is not implemented.
 """
 
 from __future__ import annotations
@@ -32,3 +34,44 @@ def greedy_verify(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> tu
     mismatch = (draft_tokens != target_argmax[:gamma]).nonzero()
     n = int(mismatch[0, 0]) if mismatch.numel() else gamma
     return n, int(target_argmax[n])
+
+
+def branch_verify(branch_tokens: torch.Tensor, target_argmax: torch.Tensor) -> tuple[int, int, int]:
+    """Greedy verification of several candidate branches; returns the longest accepted one.
+
+    Each branch is a linear draft continuing the same committed prefix (a root-to-leaf path of a token
+    tree). Branch ``b``'s token ``j`` is accepted while every earlier token of the branch was accepted and
+    it equals the target's argmax after the branch's first ``j`` tokens. The branch with the most accepted
+    tokens wins; ties go to the lowest branch index (the accepted tokens are the same: the target's greedy
+    continuation). The bonus token is the target's argmax after the winner's accepted tokens.
+
+    Example:
+        ``branch_tokens = [[5, 7, 9], [5, 8, 1]]``, ``target_argmax = [[5, 7, 2, 3], [5, 8, 4, 6]]``
+        -> ``(0, 2, 2)``: both branches accept 2 tokens, branch 0 wins the tie, its bonus is 2.
+        (Row ``b`` of ``target_argmax`` starts with the argmax after the committed prefix, which is the
+        same for every branch.)
+
+    Args:
+        branch_tokens: ``torch.LongTensor`` of shape ``(num_branches, branch_len)``; shorter branches are
+            right-padded with ``-1`` (never accepted).
+        target_argmax: ``torch.LongTensor`` of shape ``(num_branches, branch_len + 1)``: column ``j`` is the
+            target's argmax after the committed prefix plus the branch's first ``j`` tokens.
+
+    Returns:
+        ``(branch_index, num_accepted, bonus_token)``. With one branch this equals :func:`greedy_verify`.
+
+    Raises:
+        ValueError: on mismatched shapes or zero branches.
+    """
+    if branch_tokens.dim() != 2 or branch_tokens.shape[0] == 0:
+        raise ValueError(f"branch_tokens must have shape (num_branches >= 1, branch_len), got {tuple(branch_tokens.shape)}")
+    num_branches, branch_len = branch_tokens.shape
+    if tuple(target_argmax.shape) != (num_branches, branch_len + 1):
+        raise ValueError(
+            f"target_argmax needs shape {(num_branches, branch_len + 1)}, got {tuple(target_argmax.shape)}"
+        )
+    matches = (branch_tokens == target_argmax[:, :branch_len]).long()
+    accepted = matches.cumprod(dim=1).sum(dim=1)  # (num_branches,)
+    best = int(accepted.argmax())  # first maximum: the lowest index wins ties
+    n = int(accepted[best])
+    return best, n, int(target_argmax[best, n])

@@ -1,0 +1,173 @@
+"""Token-tree layouts: 4-D attention masks and position ids from parent indices, and the lookahead layout.
+
+A *token tree* is a block of ``n`` new tokens appended after ``past_len`` cached tokens in one forward.
+Token ``i`` has a parent ``parents[i]`` among the earlier new tokens, or ``-1`` when it directly follows
+the cached prefix. Each token attends to the whole cache, to its ancestors and to itself; its position
+id is ``past_len + depth`` (roots have depth 0). A linear draft is the chain ``[-1, 0, 1, ...]``;
+speculative trees (SpecInfer, Medusa) and the lookahead layout (Fu et al. 2024, arXiv 2402.02057,
+Figure 2 / LookaheadDecoding ``j_make_causal_mask_multilevel``) are other parent arrays.
+
+What lives here: :func:`tree_attention` (mask + positions) and :func:`lookahead_layout` (the parent
+array of input token + Jacobi window + verification n-grams). What does not: running the model
+(:mod:`decoders.common.forward`), choosing the accepted path (:mod:`decoders.common.verify`) and
+compacting its KV entries (:func:`decoders.common.kv_cache.keep_path`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+import torch
+
+
+@lru_cache(maxsize=64)
+def _ancestors(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ancestor_or_self (n, n) bool, depth (n,) int64)`` on the CPU; cached, never mutated."""
+    n = len(parents)
+    anc = torch.eye(n, dtype=torch.bool)
+    depth = torch.zeros(n, dtype=torch.long)
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"parents[{i}] = {p}: a parent must be -1 or an earlier index (< {i})")
+        if p >= 0:
+            anc[i] |= anc[p]
+            depth[i] = depth[p] + 1
+    return anc, depth
+
+
+def tree_attention(
+    parents: Sequence[int],
+    past_len: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Additive attention mask and position ids for a token tree that follows ``past_len`` cached tokens.
+
+    Example:
+        ``parents = [-1, 0, 0, 1]`` (a root ``r``, two children ``a``, ``b`` and ``c`` under ``a``),
+        ``past_len = 2``. Rows are queries; columns are the 2 cached tokens then ``r, a, b, c``
+        (``0`` = attend, ``-`` = dtype min)::
+
+            r: 0 0 | 0 - - -      position 2
+            a: 0 0 | 0 0 - -      position 3
+            b: 0 0 | 0 - 0 -      position 3
+            c: 0 0 | 0 0 - 0      position 4
+
+    Args:
+        parents: ``n`` parent indices, each ``-1`` or smaller than its own index.
+        past_len: number of tokens already in the KV cache (all visible to every tree token).
+        dtype: the model's dtype (the mask is added to attention scores).
+        device: where the mask and positions are built.
+
+    Returns:
+        ``(attention_mask, position_ids)``: a float tensor of shape ``(1, 1, n, past_len + n)`` in ``dtype``
+        (``0`` where attention is allowed, ``torch.finfo(dtype).min`` elsewhere) and a
+        ``torch.LongTensor`` of shape ``(1, n)`` with ``past_len + depth``.
+
+    Raises:
+        ValueError: if a parent index is not ``-1`` or an earlier index, or ``past_len < 0``.
+    """
+    if past_len < 0:
+        raise ValueError(f"past_len must be >= 0, got {past_len}")
+    anc, depth = _ancestors(tuple(int(p) for p in parents))
+    n = anc.shape[0]
+    anc = anc.to(device)
+    mask = torch.zeros((1, 1, n, past_len + n), dtype=dtype, device=device)
+    mask[0, 0, :, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
+    position_ids = (depth.to(device) + past_len).unsqueeze(0)
+    return mask, position_ids
+
+
+@dataclass(frozen=True)
+class LookaheadLayout:
+    """Where each token of a lookahead forward sits in the flat input (see :func:`lookahead_layout`).
+
+    Attributes:
+        parents: the tree's parent array, for :func:`tree_attention`.
+        row_starts: flat index of column 0 of each window row; row ``k`` column ``i`` is at
+            ``row_starts[k] + i``. Row 0 column 0 (flat index 0) is the input token.
+        row_lengths: tokens per row.
+        guess_start: flat index of the first verification n-gram token.
+        num_guesses: verification n-grams (branches).
+        guess_len: tokens per verification n-gram; branch ``b`` token ``j`` is at
+            ``guess_start + b * guess_len + j``.
+    """
+
+    parents: tuple[int, ...]
+    row_starts: tuple[int, ...]
+    row_lengths: tuple[int, ...]
+    guess_start: int
+    num_guesses: int
+    guess_len: int
+
+    @property
+    def size(self) -> int:
+        """Tokens fed in the forward."""
+        return len(self.parents)
+
+    def row_index(self, k: int, i: int) -> int:
+        return self.row_starts[k] + i
+
+    def guess_index(self, b: int, j: int) -> int:
+        return self.guess_start + b * self.guess_len + j
+
+
+@lru_cache(maxsize=64)
+def lookahead_layout(row_lengths: tuple[int, ...], num_guesses: int, guess_len: int) -> LookaheadLayout:
+    """The lookahead decoding layout as a token tree (Fu et al. 2024, arXiv 2402.02057, section 3.3).
+
+    Flat order: window row 0 (its column 0 is the input token, i.e. the last accepted token), rows
+    1, 2, ..., then ``num_guesses`` verification n-grams of ``guess_len`` tokens each.
+
+    * Row 0 is a causal chain: column ``i`` follows column ``i - 1``.
+    * Row ``k >= 1`` column ``i`` follows row ``k - 1`` column ``i``. So it attends to row 0 columns
+      ``0..i`` and to column ``i`` of rows ``1..k``, and sits at depth ``i + k``: the "diagonal" links of
+      the paper's mask. Column ``i`` read top to bottom is a consecutive-position n-gram guess.
+    * Verification n-grams are chains hanging off the input token (depths ``1..guess_len``).
+
+    With the input token at position ``p``, row 0 column ``i`` (``i >= 1``) is at ``p + i`` (the paper's
+    first lookahead row at ``p + 1 + (i - 1)``), row ``k`` column ``i`` at ``p + k + i``, and every
+    verification n-gram at ``p + 1 .. p + guess_len``, as in LookaheadDecoding's ``jforward_multilevel``.
+
+    Example:
+        ``row_lengths = (3, 3)`` (W = 3, N = 3), one guess of 2 tokens. Flat tokens
+        ``[x a1 a2 | b0 b1 b2 | g0 g1]``::
+
+            parents = (-1, 0, 1,  0, 1, 2,  0, 6)
+            depths  = ( 0, 1, 2,  1, 2, 3,  1, 2)
+            b2 attends to x, a1, a2, b2;  b0 to x, b0;  g1 to x, g0, g1.
+
+    Args:
+        row_lengths: tokens per window row, non-increasing, row 0 at least 1 (the input token).
+        num_guesses: verification n-grams (>= 0).
+        guess_len: tokens per verification n-gram (>= 1 when ``num_guesses > 0``).
+
+    Returns:
+        A :class:`LookaheadLayout`.
+
+    Raises:
+        ValueError: on an empty row 0, increasing row lengths or negative counts.
+    """
+    if not row_lengths or row_lengths[0] < 1:
+        raise ValueError(f"row 0 must hold at least the input token, got row_lengths={row_lengths}")
+    if any(b > a for a, b in zip(row_lengths, row_lengths[1:])):
+        raise ValueError(f"row lengths must not increase (each column needs the row above), got {row_lengths}")
+    if num_guesses < 0 or guess_len < 0 or (num_guesses and guess_len < 1):
+        raise ValueError(f"bad verification branch shape: {num_guesses} guesses of {guess_len} tokens")
+    parents: list[int] = []
+    row_starts: list[int] = []
+    for k, length in enumerate(row_lengths):
+        row_starts.append(len(parents))
+        for i in range(length):
+            if k == 0:
+                parents.append(i - 1)  # -1 for the input token
+            else:
+                parents.append(row_starts[k - 1] + i)
+    guess_start = len(parents)
+    for _ in range(num_guesses):
+        first = len(parents)
+        parents.extend([0] + [first + j for j in range(guess_len - 1)])
+    return LookaheadLayout(tuple(parents), tuple(row_starts), tuple(row_lengths), guess_start, num_guesses, guess_len)

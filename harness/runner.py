@@ -1,0 +1,233 @@
+"""The benchmark runner: same token ids to every decoder, warm-up excluded, synchronized timers,
+decoders interleaved per sample with vanilla always first as the reference, one result row appended per
+(sample, decoder) as soon as it is computed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from harness.metrics import summarize, to_markdown
+from harness.results import ResultWriter, read_results
+from harness.types import DecodeResult, Sample
+
+log = logging.getLogger(__name__)
+
+#: Config keys of a decoder that are not hyper-parameters.
+NON_PARAM_KEYS = {"_target_", "_partial_", "uses_draft"}
+
+
+def first_divergence(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
+    """Index of the first differing token of two whole sequences (a length difference counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int) -> tuple[DecodeResult, float]:
+    """Run ``decoder.generate`` between two device synchronizations; return the result and wall seconds."""
+    _sync(input_ids.device)
+    t0 = time.perf_counter()
+    result = decoder.generate(input_ids, max_new_tokens)
+    _sync(input_ids.device)
+    return result, time.perf_counter() - t0
+
+
+@dataclass
+class RunSettings:
+    """Runner settings (``conf/runner/default.yaml``).
+
+    Attributes:
+        max_new_tokens: generation budget; ``None`` = the task's default. Must be >= 1.
+        warmup: untimed warm-up calls per decoder before the first sample.
+        warmup_tokens: ``max_new_tokens`` of each warm-up call.
+        seed: torch seed set before the run.
+        score: score quality (vanilla's output, plus any decoder whose output differs).
+    """
+
+    max_new_tokens: int | None = None
+    warmup: int = 1
+    warmup_tokens: int = 16
+    seed: int = 0
+    score: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1):
+            raise ValueError(f"runner.max_new_tokens must be an integer >= 1 (or null for the task default), "
+                             f"got {self.max_new_tokens!r}")
+        if self.warmup < 0:
+            raise ValueError(f"runner.warmup must be >= 0, got {self.warmup}")
+
+
+class Runner:
+    """Runs every (sample, decoder) cell of one task and writes rows, then the summary.
+
+    Args:
+        task: a :class:`harness.types.Task`.
+        pair: the loaded :class:`harness.models.ModelPair`.
+        decoders: name -> decoder, in the order to run; ``vanilla`` must be among them (it runs first).
+        decoder_params: name -> hyper-parameters to record with each row.
+        settings: :class:`RunSettings`.
+        run_dir: output folder.
+        identity: columns identifying the run (model names, dtype, device, ...), added to every row.
+        chat: the model config's ``chat_template`` flag (passed to ``task.render``).
+    """
+
+    def __init__(
+        self,
+        task: Any,
+        pair: Any,
+        decoders: Mapping[str, Any],
+        decoder_params: Mapping[str, Mapping[str, Any]],
+        settings: RunSettings,
+        run_dir: str | Path,
+        identity: Mapping[str, Any],
+        chat: bool | None = None,
+    ):
+        if "vanilla" not in decoders:
+            raise ValueError("the vanilla decoder must be part of every run: it is the reference for speedup "
+                             "and equality")
+        self.task = task
+        self.pair = pair
+        self.decoders = {"vanilla": decoders["vanilla"], **{k: v for k, v in decoders.items() if k != "vanilla"}}
+        self.decoder_params = decoder_params
+        self.settings = settings
+        self.run_dir = Path(run_dir)
+        self.identity = dict(identity)
+        self.chat = chat
+        self.writer = ResultWriter(self.run_dir)
+        self.max_new_tokens = settings.max_new_tokens or int(task.max_new_tokens)
+        self.context_length = int(getattr(pair.target.config, "max_position_embeddings", 0) or 0)
+        self.run_id = identity.get("run_id") or uuid.uuid4().hex[:12]
+        self.errors = 0
+
+    # ---------------------------------------------------------------------------------------------
+    def _encode(self, sample: Sample) -> torch.Tensor:
+        text = self.task.render(sample, self.pair.tokenizer, self.chat)
+        ids = self.pair.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        return ids.to(self.pair.device)
+
+    def _warmup(self, input_ids: torch.Tensor) -> None:
+        if self.settings.warmup <= 0:
+            return
+        for name, decoder in self.decoders.items():
+            for _ in range(self.settings.warmup):
+                decoder.generate(input_ids, min(self.settings.warmup_tokens, self.max_new_tokens))
+            if hasattr(decoder, "reset"):
+                decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
+            log.debug("warmed up %s", name)
+
+    def _base_row(self, sample: Sample, name: str, prompt_tokens: int) -> dict[str, Any]:
+        params = dict(self.decoder_params.get(name, {}))
+        return {
+            "run_id": self.run_id,
+            **self.identity,
+            "task": self.task.name,
+            "task_version": getattr(self.task, "version", None),
+            "sample_id": sample.sample_id,
+            "repeat": 0,
+            "decoder": name,
+            **params,
+            "decoder_params": json.dumps(params, sort_keys=True),
+            "max_new_tokens": self.max_new_tokens,
+            "prompt_tokens": prompt_tokens,
+        }
+
+    def _score(self, sample: Sample, completion: str) -> dict[str, Any]:
+        if not self.settings.score:
+            return {}
+        try:
+            return self.task.score(sample, completion)
+        except Exception as e:  # scoring must never lose the speed row
+            log.warning("scoring %s failed: %s", sample.sample_id, e)
+            return {"score_error": str(e)}
+
+    def run(self) -> pd.DataFrame:
+        """Run all cells; returns the summary (also written as ``summary.csv`` / ``summary.md``)."""
+        torch.manual_seed(self.settings.seed)
+        samples = list(self.task.samples())
+        warmed = False
+        for sample in tqdm(samples, desc=f"{self.task.name}", unit="sample"):
+            input_ids = self._encode(sample)  # tokenized once; the same ids go to every decoder
+            prompt_tokens = int(input_ids.shape[1])
+            if self.context_length and prompt_tokens + self.max_new_tokens > self.context_length:
+                reason = (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) exceeds the "
+                          f"target's context of {self.context_length} tokens")
+                for name in self.decoders:
+                    self.writer.write({**self._base_row(sample, name, prompt_tokens), "status": "prompt_too_long",
+                                       "reason": reason})
+                log.warning("%s skipped: %s", sample.sample_id, reason)
+                continue
+            if not warmed:
+                self._warmup(input_ids)
+                warmed = True
+            reference: DecodeResult | None = None
+            reference_scores: dict[str, Any] = {}
+            for name, decoder in self.decoders.items():
+                row = self._base_row(sample, name, prompt_tokens)
+                try:
+                    result, wall = timed_generate(decoder, input_ids, self.max_new_tokens)
+                except Exception as e:
+                    self.errors += 1
+                    log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
+                    self.writer.write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
+                    continue
+                completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
+                                                         clean_up_tokenization_spaces=False)
+                if name == "vanilla":
+                    reference = result
+                    matches, divergence = True, None
+                    scores = reference_scores = self._score(sample, completion)
+                else:
+                    ref = reference.token_ids if reference is not None else None
+                    matches = ref is not None and result.token_ids == ref
+                    divergence = first_divergence(result.token_ids, ref) if ref is not None else None
+                    scores = reference_scores if matches else self._score(sample, completion)
+                    if ref is not None and not matches:
+                        log.warning("%s differs from vanilla on %s at token %s", name, sample.sample_id, divergence)
+                stats = result.summary()
+                self.writer.write({
+                    **row,
+                    **stats,
+                    "wall_time_s": wall,
+                    "tokens_per_s": result.new_tokens / wall if wall > 0 else None,
+                    "matches_vanilla": matches,
+                    "first_divergence": divergence,
+                    **scores,
+                    "status": "ok",
+                    "completion": completion,
+                    "token_ids": list(result.token_ids),
+                })
+        return self.write_summary()
+
+    def write_summary(self) -> pd.DataFrame:
+        rows = read_results([self.writer.path])
+        quality = [c for c in getattr(self.task, "quality_columns", ("pass@1",)) if c in rows.columns]
+        summary = summarize(rows[rows["run_id"] == self.run_id] if "run_id" in rows else rows, quality)
+        summary.to_csv(self.run_dir / "summary.csv", index=False)
+        header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
+                  f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
+                  f"max_new_tokens={self.max_new_tokens}\n"
+                  "speedup = mean over samples of tokens/s(decoder) / tokens/s(vanilla), same process "
+                  "(speedup_total = ratio of totals); accept_length = new tokens / target forwards "
+                  "(prefill included)\n\n")
+        (self.run_dir / "summary.md").write_text(header + to_markdown(summary) + "\n")
+        return summary
