@@ -113,5 +113,7 @@ def main_job(cfg: DictConfig) -> float | None:
     if runner.errors:
         log.error("%d (sample, decoder) cells failed; see status/reason in %s", runner.errors, runner.writer.path)
         sys.exit(1)
+    if "speedup" not in summary:
+        return None
     others = summary[summary["decoder"] != "vanilla"]["speedup"]
     return float(others.max()) if len(others) and others.notna().any() else None

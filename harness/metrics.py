@@ -44,6 +44,9 @@ def summarize(rows: pd.DataFrame, quality_columns: list[str] | None = None) -> p
     of each quality column and counts of failed rows."""
     if rows.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    if not (rows["status"] == "ok").any():
+        return pd.DataFrame([{"decoder": d, "samples": 0, "failed": int((rows["decoder"] == d).sum())}
+                             for d in dict.fromkeys(rows["decoder"])])
     merged = paired_speedups(rows)
     quality_columns = quality_columns or []
     out = []

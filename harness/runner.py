@@ -12,6 +12,7 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import pandas as pd
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 
 from harness.metrics import summarize, to_markdown
 from harness.results import ResultWriter, read_results
+from harness import resume as resume_lib  # resume support (runner.resume)
 from harness.types import DecodeResult, Sample
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,9 @@ class RunSettings:
         warmup_tokens: ``max_new_tokens`` of each warm-up call.
         seed: torch seed set before the run.
         score: score quality (vanilla's output, plus any decoder whose output differs).
+        resume: skip the (sample, decoder) cells of this configuration already done in the folder's
+            ``results.jsonl`` and adopt its ``run_id`` (see :mod:`harness.resume`); false = recompute all
+            under a new ``run_id``.
     """
 
     max_new_tokens: int | None = None
@@ -67,6 +72,7 @@ class RunSettings:
     warmup_tokens: int = 16
     seed: int = 0
     score: bool = True
+    resume: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -116,8 +122,38 @@ class Runner:
         self.writer = ResultWriter(self.run_dir)
         self.max_new_tokens = settings.max_new_tokens or int(task.max_new_tokens)
         self.context_length = int(getattr(pair.target.config, "max_position_embeddings", 0) or 0)
-        self.run_id = identity.get("run_id") or uuid.uuid4().hex[:12]
         self.errors = 0
+        # --- resume support (runner.resume; harness/resume.py) ----------------------------------------
+        self.attempt_id = uuid.uuid4().hex[:8]  # one per process: tells apart the processes of a resumed run
+        self.resume_state: resume_lib.ResumeState | None = None
+        if settings.resume and self.writer.path.exists():
+            if resume_lib.repair_trailing_newline(self.writer.path):
+                log.warning("%s ended in a partial row (killed mid-write); it is ignored", self.writer.path)
+            self.resume_state = resume_lib.load_state(read_results([self.writer.path]), self._config())
+            log.info("resume: %d cells of this configuration already done in %s (runner.resume=false "
+                     "recomputes them)", len(self.resume_state.done), self.writer.path)
+        adopted = self.resume_state.run_id if self.resume_state else None
+        # --- end resume support -----------------------------------------------------------------------
+        self.run_id = identity.get("run_id") or adopted or uuid.uuid4().hex[:12]
+
+    # --- resume support (runner.resume) -----------------------------------------------------------
+    def _config(self) -> dict[str, Any]:
+        """The configuration columns of this run's rows (:data:`harness.resume.CONFIG_FIELDS`)."""
+        return {**self.identity, "task": self.task.name, "task_version": getattr(self.task, "version", None),
+                "max_new_tokens": self.max_new_tokens}
+
+    def _done(self, sample: Sample, name: str) -> bool:
+        """Whether the (sample, decoder) cell already has a done row in the folder."""
+        return (self.resume_state is not None
+                and resume_lib.cell_key(self._base_row(sample, name, 0)) in self.resume_state.done)
+
+    def _stored_reference(self, sample: Sample) -> Any:
+        """Vanilla's stored token ids for a sample whose vanilla cell is done, as a reference."""
+        row = self._base_row(sample, "vanilla", 0)
+        key = tuple(resume_lib.norm(row.get(k)) for k in ("sample_id", "turn", "repeat"))
+        ids = self.resume_state.vanilla_token_ids.get(key)
+        return SimpleNamespace(token_ids=ids) if ids is not None else None
+    # --- end resume support -----------------------------------------------------------------------
 
     # ---------------------------------------------------------------------------------------------
     def _encode(self, sample: Sample) -> torch.Tensor:
@@ -139,6 +175,7 @@ class Runner:
         params = dict(self.decoder_params.get(name, {}))
         return {
             "run_id": self.run_id,
+            "attempt_id": self.attempt_id,
             **self.identity,
             "task": self.task.name,
             "task_version": getattr(self.task, "version", None),
@@ -165,13 +202,22 @@ class Runner:
         torch.manual_seed(self.settings.seed)
         samples = list(self.task.samples())
         warmed = False
+        skipped_cells = 0
         for sample in tqdm(samples, desc=f"{self.task.name}", unit="sample"):
+            # --- resume support: skip done cells; a sample with all cells done is not even encoded -----
+            done = {name for name in self.decoders if self._done(sample, name)}
+            skipped_cells += len(done)
+            if len(done) == len(self.decoders):
+                continue
+            # --- end resume support -------------------------------------------------------------------
             input_ids = self._encode(sample)  # tokenized once; the same ids go to every decoder
             prompt_tokens = int(input_ids.shape[1])
             if self.context_length and prompt_tokens + self.max_new_tokens > self.context_length:
                 reason = (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) exceeds the "
                           f"target's context of {self.context_length} tokens")
                 for name in self.decoders:
+                    if name in done:  # resume support
+                        continue
                     self.writer.write({**self._base_row(sample, name, prompt_tokens), "status": "prompt_too_long",
                                        "reason": reason})
                 log.warning("%s skipped: %s", sample.sample_id, reason)
@@ -182,6 +228,14 @@ class Runner:
             reference: DecodeResult | None = None
             reference_scores: dict[str, Any] = {}
             for name, decoder in self.decoders.items():
+                # --- resume support: a done vanilla cell still supplies the reference (stored token ids);
+                # its scores are recomputed when needed (reference_scores stays None) ----------------
+                if name in done:
+                    if name == "vanilla":
+                        reference = self._stored_reference(sample)
+                        reference_scores = None
+                    continue
+                # --- end resume support -------------------------------------------------------------
                 row = self._base_row(sample, name, prompt_tokens)
                 try:
                     result, wall = timed_generate(decoder, input_ids, self.max_new_tokens)
@@ -200,7 +254,8 @@ class Runner:
                     ref = reference.token_ids if reference is not None else None
                     matches = ref is not None and result.token_ids == ref
                     divergence = first_divergence(result.token_ids, ref) if ref is not None else None
-                    scores = reference_scores if matches else self._score(sample, completion)
+                    scores = (reference_scores if matches and reference_scores is not None  # resume support
+                              else self._score(sample, completion))
                     if ref is not None and not matches:
                         log.warning("%s differs from vanilla on %s at token %s", name, sample.sample_id, divergence)
                 stats = result.summary()
@@ -216,11 +271,29 @@ class Runner:
                     "completion": completion,
                     "token_ids": list(result.token_ids),
                 })
+        # --- resume support ------------------------------------------------------------------------
+        if skipped_cells:
+            log.info("resume: skipped %d cells already done in %s", skipped_cells, self.writer.path)
+            warm = [n for n, d in self.decoders.items() if getattr(d, "pool_scope", None) == "task"]
+            if warm:
+                log.warning("resume: %s keep an n-gram pool across samples (pool_scope=task); after skipping "
+                            "done samples their pools miss those samples, so warm-start speed differs from an "
+                            "uninterrupted run (outputs do not)", warm)
+        # --- end resume support ----------------------------------------------------------------------
         return self.write_summary()
 
     def write_summary(self) -> pd.DataFrame:
         rows = read_results([self.writer.path])
         quality = [c for c in getattr(self.task, "quality_columns", ("pass@1",)) if c in rows.columns]
+        # --- resume support: all rows of this configuration and decoder set in the folder, one per cell,
+        # paired under this run_id whichever process wrote them (pairing by run folder + configuration) ----
+        if self.settings.resume and not rows.empty:
+            want = resume_lib.config_key(self._config())
+            cells = {resume_lib.params_key(n, self.decoder_params.get(n, {})) for n in self.decoders}
+            mine = [resume_lib.config_key(r) == want and (r.get("decoder"), r.get("decoder_params")) in cells
+                    for r in rows.to_dict("records")]
+            rows = resume_lib.latest_rows(rows[mine]).assign(run_id=self.run_id)
+        # --- end resume support ----------------------------------------------------------------------
         summary = summarize(rows[rows["run_id"] == self.run_id] if "run_id" in rows else rows, quality)
         summary.to_csv(self.run_dir / "summary.csv", index=False)
         header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
