@@ -30,7 +30,7 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
         ``rows`` (status ``ok`` only) with a ``speedup`` column; NaN where vanilla has no row.
     """
     ok = rows[rows["status"] == "ok"].copy()
-    keys = [k for k in ("run_id", "task", "sample_id", "repeat") if k in ok.columns]
+    keys = [k for k in ("run_id", "task", "sample_id", "turn", "repeat") if k in ok.columns]
     vanilla = ok[ok["decoder"] == "vanilla"][keys + ["tokens_per_s", "wall_time_s", "new_tokens"]]
     vanilla = vanilla.rename(columns={"tokens_per_s": "vanilla_tokens_per_s", "wall_time_s": "vanilla_wall_time_s",
                                       "new_tokens": "vanilla_new_tokens"})

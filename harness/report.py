@@ -49,7 +49,7 @@ from harness.results import read_results
 
 log = logging.getLogger(__name__)
 
-#: Columns that are never decoder hyper-parameters (used to tell swept parameters apart).
+#: One aggregate per (task, model pair, decoder configuration label).
 ROW_KEYS = ["task", "model_pair", "label"]
 
 
@@ -151,6 +151,24 @@ def config_labels(rows: pd.DataFrame) -> pd.Series:
 
 # --------------------------------------------------------------------------------------------------
 # Statistics
+def _natural(v: Any) -> tuple:
+    n = pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0]
+    return (0, float(n), "") if not pd.isna(n) else (1, 0.0, str(v))
+
+
+def ordered_labels(agg: pd.DataFrame) -> list[str]:
+    """Configuration labels in table order: vanilla, then each decoder in first-seen order, its
+    configurations sorted by hyper-parameter values (numbers numerically)."""
+    dec_order = list(dict.fromkeys(["vanilla", *agg["decoder"]]))
+    params = [c for c in decoder_param_columns(agg) if c in agg] if "decoder_params" in agg else []
+    seen = agg.drop_duplicates("label")
+
+    def key(r: pd.Series) -> tuple:
+        return (dec_order.index(r["decoder"]), *[_natural(r.get(p)) for p in params])
+
+    return [r["label"] for _, r in sorted(seen.iterrows(), key=lambda kv: key(kv[1]))]
+
+
 def bootstrap_mean_ci(values: Sequence[float], n_boot: int = 2000, level: float = 0.95,
                       seed: int = 0) -> dict[str, float]:
     """Mean of ``values`` with a percentile bootstrap confidence interval (resampling the values).
@@ -252,6 +270,7 @@ def aggregate(rows: pd.DataFrame, cost_ratio: float | None = None, n_boot: int =
         g = paired.get(key, merged.iloc[0:0])
         rec: dict[str, Any] = dict(zip(ROW_KEYS, key))
         rec["decoder"] = all_g["decoder"].iloc[0]
+        rec["decoder_params"] = all_g["decoder_params"].iloc[0]
         first = json.loads(all_g["decoder_params"].iloc[0]) if isinstance(all_g["decoder_params"].iloc[0], str) else {}
         for p in params:
             rec[p] = first.get(p)
@@ -268,7 +287,8 @@ def aggregate(rows: pd.DataFrame, cost_ratio: float | None = None, n_boot: int =
         if pd.isna(gamma):
             gamma = drafted / decode_steps if drafted and decode_steps else math.nan
         accept_length = _num(g["new_tokens"]).sum() / _num(g["num_steps"]).sum()
-        c, c_src = _cost_ratio(g, cost_ratio) if drafted else (math.nan, "no drafting")
+        chain = "gamma" in first or _num(g["draft_forwards"]).sum() > 0  # Leviathan's model: a drafter + gamma
+        c, c_src = _cost_ratio(g, cost_ratio) if drafted and chain else (math.nan, "n/a (no chain draft)")
         rec.update({
             "tokens_per_s": _num(g["tokens_per_s"]).mean(),
             "speedup": ci["mean"], "speedup_low": ci["low"], "speedup_high": ci["high"], "speedup_std": ci["std"],
@@ -281,15 +301,20 @@ def aggregate(rows: pd.DataFrame, cost_ratio: float | None = None, n_boot: int =
             "gamma_used": gamma,
             "cost_ratio": c,
             "cost_ratio_source": c_src,
-            "theory_accept_length": expected_accept_length(alpha, gamma) if drafted else math.nan,
-            "theory_speedup": theory_speedup(alpha, gamma, c) if drafted else math.nan,
+            "theory_accept_length": expected_accept_length(alpha, gamma) if drafted and chain else math.nan,
+            "theory_speedup": theory_speedup(alpha, gamma, c) if drafted and chain else math.nan,
         })
         rec["efficiency"] = rec["speedup"] / accept_length if accept_length else math.nan
         for q in quality_columns:
             if q in g:
                 rec[q] = _num(g[q]).mean()
         out.append(rec)
-    return pd.DataFrame(out)
+    agg = pd.DataFrame(out)
+    order = {lab: i for i, lab in enumerate(ordered_labels(agg))}
+    tasks = {t: i for i, t in enumerate(dict.fromkeys(agg["task"]))}
+    pairs = {m: i for i, m in enumerate(dict.fromkeys(agg["model_pair"]))}
+    rank = [(tasks[t], pairs[m], order[lab]) for t, m, lab in zip(agg["task"], agg["model_pair"], agg["label"])]
+    return agg.iloc[sorted(range(len(agg)), key=rank.__getitem__)].reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,9 +351,7 @@ def main_table(agg: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         ``(numeric, text)``: ``numeric`` has flat ``<label>|<metric>`` columns (CI bounds included) for CSV;
         ``text`` has ``(label, metric)`` MultiIndex columns with formatted cells for markdown / LaTeX.
     """
-    labels = list(dict.fromkeys(agg["label"]))
-    if "vanilla" in labels:
-        labels = ["vanilla"] + [x for x in labels if x != "vanilla"]
+    labels = ordered_labels(agg)
     index = list(dict.fromkeys(zip(agg["task"], agg["model_pair"])))
     numeric = pd.DataFrame(index=pd.MultiIndex.from_tuples(index, names=["task", "models"]))
     text = pd.DataFrame(index=numeric.index, columns=pd.MultiIndex.from_tuples(

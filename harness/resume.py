@@ -93,6 +93,9 @@ class ResumeState:
 
     done: set[tuple] = field(default_factory=set)
     vanilla_token_ids: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+    #: ``(sample_id, turn, repeat, decoder, decoder_params)`` -> stored completion text of a done cell
+    #: (a multi-turn task asks turn k+1 with the decoder's own turn-k answer).
+    completions: dict[tuple, str] = field(default_factory=dict)
     run_id: str | None = None
     rows_seen: int = 0
 
@@ -111,6 +114,9 @@ def load_state(rows: pd.DataFrame, config: Mapping[str, Any]) -> ResumeState:
         if row.get("status") not in DONE_STATUSES:
             continue
         state.done.add(cell_key(row))
+        if row.get("status") == "ok":
+            state.completions[tuple(norm(row.get(k)) for k in ("sample_id", "turn", "repeat", "decoder",
+                                                                "decoder_params"))] = row.get("completion") or ""
         ids = row.get("token_ids")
         if row.get("decoder") == "vanilla" and row.get("status") == "ok" and isinstance(ids, (list, tuple)):
             state.vanilla_token_ids[(norm(row.get("sample_id")), norm(row.get("turn")), norm(row.get("repeat")))] = \

@@ -123,6 +123,7 @@ class Runner:
         self.max_new_tokens = settings.max_new_tokens or int(task.max_new_tokens)
         self.context_length = int(getattr(pair.target.config, "max_position_embeddings", 0) or 0)
         self.errors = 0
+        self._warmed = False
         # --- resume support (runner.resume; harness/resume.py) ----------------------------------------
         self.attempt_id = uuid.uuid4().hex[:8]  # one per process: tells apart the processes of a resumed run
         self.resume_state: resume_lib.ResumeState | None = None
@@ -142,22 +143,32 @@ class Runner:
         return {**self.identity, "task": self.task.name, "task_version": getattr(self.task, "version", None),
                 "max_new_tokens": self.max_new_tokens}
 
-    def _done(self, sample: Sample, name: str) -> bool:
-        """Whether the (sample, decoder) cell already has a done row in the folder."""
+    def _done(self, sample: Sample, name: str, turn: int) -> bool:
+        """Whether the (sample, turn, decoder) cell already has a done row in the folder."""
         return (self.resume_state is not None
-                and resume_lib.cell_key(self._base_row(sample, name, 0)) in self.resume_state.done)
+                and resume_lib.cell_key(self._base_row(sample, name, turn, 0)) in self.resume_state.done)
 
-    def _stored_reference(self, sample: Sample) -> Any:
-        """Vanilla's stored token ids for a sample whose vanilla cell is done, as a reference."""
-        row = self._base_row(sample, "vanilla", 0)
+    def _stored(self, sample: Sample, name: str, turn: int) -> tuple[tuple[int, ...] | None, str]:
+        """A done cell's stored (token ids if vanilla, completion text)."""
+        row = self._base_row(sample, name, turn, 0)
         key = tuple(resume_lib.norm(row.get(k)) for k in ("sample_id", "turn", "repeat"))
-        ids = self.resume_state.vanilla_token_ids.get(key)
-        return SimpleNamespace(token_ids=ids) if ids is not None else None
+        ids = self.resume_state.vanilla_token_ids.get(key) if name == "vanilla" else None
+        text = self.resume_state.completions.get(key + (name, row["decoder_params"]), "")
+        return ids, text
     # --- end resume support -----------------------------------------------------------------------
 
     # ---------------------------------------------------------------------------------------------
-    def _encode(self, sample: Sample) -> torch.Tensor:
-        text = self.task.render(sample, self.pair.tokenizer, self.chat)
+    def _turns(self, sample: Sample) -> int:
+        """Number of chat turns of a sample (multi-turn tasks define ``turns``; others have one)."""
+        return int(self.task.turns(sample)) if hasattr(self.task, "turns") else 1
+
+    def _render(self, sample: Sample, turn: int, previous_answers: list[str]) -> str:
+        """Prompt text of one turn; turn k > 0 carries the decoder's own earlier answers."""
+        if hasattr(self.task, "render_turn") and self._turns(sample) > 1:
+            return self.task.render_turn(sample, self.pair.tokenizer, self.chat, turn, previous_answers)
+        return self.task.render(sample, self.pair.tokenizer, self.chat)
+
+    def _encode(self, text: str) -> torch.Tensor:
         ids = self.pair.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
         return ids.to(self.pair.device)
 
@@ -171,7 +182,7 @@ class Runner:
                 decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
             log.debug("warmed up %s", name)
 
-    def _base_row(self, sample: Sample, name: str, prompt_tokens: int) -> dict[str, Any]:
+    def _base_row(self, sample: Sample, name: str, turn: int, prompt_tokens: int) -> dict[str, Any]:
         params = dict(self.decoder_params.get(name, {}))
         return {
             "run_id": self.run_id,
@@ -180,7 +191,9 @@ class Runner:
             "task": self.task.name,
             "task_version": getattr(self.task, "version", None),
             "sample_id": sample.sample_id,
+            "turn": turn,
             "repeat": 0,
+            **{k: sample.metadata[k] for k in ("category", "subtask") if k in sample.metadata},
             "decoder": name,
             **params,
             "decoder_params": json.dumps(params, sort_keys=True),
@@ -198,79 +211,26 @@ class Runner:
             return {"score_error": str(e)}
 
     def run(self) -> pd.DataFrame:
-        """Run all cells; returns the summary (also written as ``summary.csv`` / ``summary.md``)."""
+        """Run all cells; returns the summary (also written as ``summary.csv`` / ``summary.md``).
+
+        Per sample and turn, decoders run one after the other (vanilla first). Identical prompt texts are
+        tokenized once, so every decoder gets the same ids; on turn k > 0 of a multi-turn task each decoder
+        is asked with its own earlier answers (identical to vanilla's whenever its outputs were).
+        """
         torch.manual_seed(self.settings.seed)
         samples = list(self.task.samples())
-        warmed = False
         skipped_cells = 0
         for sample in tqdm(samples, desc=f"{self.task.name}", unit="sample"):
+            n_turns = self._turns(sample)
             # --- resume support: skip done cells; a sample with all cells done is not even encoded -----
-            done = {name for name in self.decoders if self._done(sample, name)}
+            done = {(name, t) for name in self.decoders for t in range(n_turns) if self._done(sample, name, t)}
             skipped_cells += len(done)
-            if len(done) == len(self.decoders):
+            if len(done) == len(self.decoders) * n_turns:
                 continue
             # --- end resume support -------------------------------------------------------------------
-            input_ids = self._encode(sample)  # tokenized once; the same ids go to every decoder
-            prompt_tokens = int(input_ids.shape[1])
-            if self.context_length and prompt_tokens + self.max_new_tokens > self.context_length:
-                reason = (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) exceeds the "
-                          f"target's context of {self.context_length} tokens")
-                for name in self.decoders:
-                    if name in done:  # resume support
-                        continue
-                    self.writer.write({**self._base_row(sample, name, prompt_tokens), "status": "prompt_too_long",
-                                       "reason": reason})
-                log.warning("%s skipped: %s", sample.sample_id, reason)
-                continue
-            if not warmed:
-                self._warmup(input_ids)
-                warmed = True
-            reference: DecodeResult | None = None
-            reference_scores: dict[str, Any] = {}
-            for name, decoder in self.decoders.items():
-                # --- resume support: a done vanilla cell still supplies the reference (stored token ids);
-                # its scores are recomputed when needed (reference_scores stays None) ----------------
-                if name in done:
-                    if name == "vanilla":
-                        reference = self._stored_reference(sample)
-                        reference_scores = None
-                    continue
-                # --- end resume support -------------------------------------------------------------
-                row = self._base_row(sample, name, prompt_tokens)
-                try:
-                    result, wall = timed_generate(decoder, input_ids, self.max_new_tokens)
-                except Exception as e:
-                    self.errors += 1
-                    log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
-                    self.writer.write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
-                    continue
-                completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
-                                                         clean_up_tokenization_spaces=False)
-                if name == "vanilla":
-                    reference = result
-                    matches, divergence = True, None
-                    scores = reference_scores = self._score(sample, completion)
-                else:
-                    ref = reference.token_ids if reference is not None else None
-                    matches = ref is not None and result.token_ids == ref
-                    divergence = first_divergence(result.token_ids, ref) if ref is not None else None
-                    scores = (reference_scores if matches and reference_scores is not None  # resume support
-                              else self._score(sample, completion))
-                    if ref is not None and not matches:
-                        log.warning("%s differs from vanilla on %s at token %s", name, sample.sample_id, divergence)
-                stats = result.summary()
-                self.writer.write({
-                    **row,
-                    **stats,
-                    "wall_time_s": wall,
-                    "tokens_per_s": result.new_tokens / wall if wall > 0 else None,
-                    "matches_vanilla": matches,
-                    "first_divergence": divergence,
-                    **scores,
-                    "status": "ok",
-                    "completion": completion,
-                    "token_ids": list(result.token_ids),
-                })
+            answers: dict[str, list[str]] = {name: [] for name in self.decoders}
+            for turn in range(n_turns):
+                self._run_turn(sample, turn, done, answers)
         # --- resume support ------------------------------------------------------------------------
         if skipped_cells:
             log.info("resume: skipped %d cells already done in %s", skipped_cells, self.writer.path)
@@ -281,6 +241,80 @@ class Runner:
                             "uninterrupted run (outputs do not)", warm)
         # --- end resume support ----------------------------------------------------------------------
         return self.write_summary()
+
+    def _run_turn(self, sample: Sample, turn: int, done: set[tuple[str, int]], answers: dict[str, list[str]]) -> None:
+        """Run every decoder on one turn of one sample and write its rows; appends to ``answers``."""
+        encoded: dict[str, torch.Tensor] = {}
+        reference: Any = None
+        reference_scores: dict[str, Any] | None = {}
+        vanilla_prompt: str | None = None
+        for name, decoder in self.decoders.items():
+            text = self._render(sample, turn, answers[name])
+            if name == "vanilla":
+                vanilla_prompt = text
+            # --- resume support: a done cell supplies its stored answer (and vanilla's reference ids);
+            # vanilla's scores are then recomputed when needed (reference_scores = None) ---------------
+            if (name, turn) in done:
+                ids, completion = self._stored(sample, name, turn)
+                if name == "vanilla":
+                    reference = SimpleNamespace(token_ids=ids) if ids is not None else None
+                    reference_scores = None
+                answers[name].append(completion)
+                continue
+            # --- end resume support ---------------------------------------------------------------------
+            if text not in encoded:
+                encoded[text] = self._encode(text)  # tokenized once per distinct prompt, outside timers
+            input_ids = encoded[text]
+            prompt_tokens = int(input_ids.shape[1])
+            row = self._base_row(sample, name, turn, prompt_tokens)
+            if turn > 0:
+                row["prompt_matches_vanilla"] = text == vanilla_prompt
+            if self.context_length and prompt_tokens + self.max_new_tokens > self.context_length:
+                reason = (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) exceeds the "
+                          f"target's context of {self.context_length} tokens")
+                self.writer.write({**row, "status": "prompt_too_long", "reason": reason})
+                log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, reason)
+                answers[name].append("")
+                continue
+            if not self._warmed:
+                self._warmup(input_ids)
+                self._warmed = True
+            try:
+                result, wall = timed_generate(decoder, input_ids, self.max_new_tokens)
+            except Exception as e:
+                self.errors += 1
+                log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
+                self.writer.write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
+                answers[name].append("")
+                continue
+            completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
+                                                     clean_up_tokenization_spaces=False)
+            answers[name].append(completion)
+            if name == "vanilla":
+                reference = result
+                matches, divergence = True, None
+                scores = reference_scores = self._score(sample, completion)
+            else:
+                ref = reference.token_ids if reference is not None else None
+                matches = ref is not None and result.token_ids == ref
+                divergence = first_divergence(result.token_ids, ref) if ref is not None else None
+                scores = (reference_scores if matches and reference_scores is not None
+                          else self._score(sample, completion))
+                if ref is not None and not matches:
+                    log.warning("%s differs from vanilla on %s (turn %d) at token %s", name, sample.sample_id,
+                                turn, divergence)
+            self.writer.write({
+                **row,
+                **result.summary(),
+                "wall_time_s": wall,
+                "tokens_per_s": result.new_tokens / wall if wall > 0 else None,
+                "matches_vanilla": matches,
+                "first_divergence": divergence,
+                **scores,
+                "status": "ok",
+                "completion": completion,
+                "token_ids": list(result.token_ids),
+            })
 
     def write_summary(self) -> pd.DataFrame:
         rows = read_results([self.writer.path])

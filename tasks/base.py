@@ -8,6 +8,10 @@ from typing import Any, Sequence
 PROMPT_STYLES = ("auto", "chat", "completion")
 
 
+class DataNotFoundError(FileNotFoundError):
+    """A task's data could not be found; the message names the ways to fix it."""
+
+
 def check_prompt_style(style: str) -> str:
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {style!r}")

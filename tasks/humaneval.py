@@ -23,17 +23,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness.types import Sample
-from tasks.base import apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
+from tasks.base import DataNotFoundError, apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
 
 STOP_SEQUENCES = ("\ndef", "\nclass", "\nif", "\n#", "\nprint")
 INSTRUCTION = (
     "Please complete the following Python code without providing any additional tasks such as testing or "
     "explanations\n"
 )
-
-
-class DataNotFoundError(FileNotFoundError):
-    """A task's data could not be found; the message names the ways to fix it."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -60,6 +56,7 @@ class HumanEval:
     name = "humaneval"
     version = "1.0"
     stop_sequences = STOP_SEQUENCES
+    quality_columns = ("pass@1",)
 
     def __init__(
         self,

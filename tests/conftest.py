@@ -9,6 +9,10 @@ n-gram pools and prompt lookup actually hit.
 from __future__ import annotations
 
 import copy
+import os
+
+# Tests never touch the network; `datasets` reads this once, at import.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch

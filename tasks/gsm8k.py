@@ -1,0 +1,216 @@
+"""GSM8K (Cobbe et al. 2021, arXiv 2110.14168): 1319 grade-school math problems, 8-shot chain of thought.
+
+Data: the test split from ``openai/gsm8k`` (config ``main``) or a local ``test.jsonl`` (``task.data_path``,
+or ``<data_dir>/gsm8k/test.jsonl``); see :mod:`tasks.data`. The gold answer is the text after ``####``
+in ``answer``, commas removed.
+
+Prompt (Wei et al. 2022, arXiv 2201.11903, the lm-eval ``gsm8k-cot`` layout): the 8 exemplars as
+``Q: {question}\\nA: {chain_of_thought}`` blocks separated by a blank line, then ``Q: {question}\\nA:``.
+The exemplars are read from ``exemplars_path``; when it is null, from ``cot_8shot_exemplars.jsonl`` next
+to the local data file, and when the data comes from the hub (or no such file is there), from the
+built-in copy :data:`COT_EXEMPLARS` (the same 8 texts; a test checks they match the shared file). With
+``chat`` style the whole few-shot text is the one user message, so both styles see the same
+demonstrations.
+
+Accuracy: the completion is cut at the next ``Q:`` (and, in completion style, at a blank line); the
+prediction is the number after the first "The answer is", else the last number in the text, with ``$``
+and thousands commas removed; it is compared numerically with the gold answer. No number = wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from harness.types import Sample
+from tasks.base import apply_chat, check_prompt_style, cut_at_stop, use_chat
+from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl
+
+log = logging.getLogger(__name__)
+
+SOURCE = DataSource(task="GSM8K", relpath="gsm8k/test.jsonl", hub_id="openai/gsm8k", hub_config="main",
+                    hub_split="test")
+EXEMPLARS_FILE = "cot_8shot_exemplars.jsonl"
+STOP_SEQUENCES = ("Q:", "\n\n")
+CHAT_STOP_SEQUENCES = ("Q:",)  # chat replies use blank lines between steps
+
+#: The 8 chain-of-thought exemplars of Wei et al. 2022 (Appendix, Table 20), as (question, chain of thought).
+COT_EXEMPLARS: tuple[tuple[str, str], ...] = (
+    ("There are 15 trees in the grove. Grove workers will plant trees in the grove today. After they are done, "
+     "there will be 21 trees. How many trees did the grove workers plant today?",
+     "There are 15 trees originally. Then there were 21 trees after some more were planted. So there must have "
+     "been 21 - 15 = 6. The answer is 6."),
+    ("If there are 3 cars in the parking lot and 2 more cars arrive, how many cars are in the parking lot?",
+     "There are originally 3 cars. 2 more cars arrive. 3 + 2 = 5. The answer is 5."),
+    ("Leah had 32 chocolates and her sister had 42. If they ate 35, how many pieces do they have left in total?",
+     "Originally, Leah had 32 chocolates. Her sister had 42. So in total they had 32 + 42 = 74. After eating 35, "
+     "they had 74 - 35 = 39. The answer is 39."),
+    ("Jason had 20 lollipops. He gave Denny some lollipops. Now Jason has 12 lollipops. How many lollipops did "
+     "Jason give to Denny?",
+     "Jason started with 20 lollipops. Then he had 12 after giving some to Denny. So he gave Denny 20 - 12 = 8. "
+     "The answer is 8."),
+    ("Shawn has five toys. For Christmas, he got two toys each from his mom and dad. How many toys does he have "
+     "now?",
+     "Shawn started with 5 toys. If he got 2 toys each from his mom and dad, then that is 4 more toys. 5 + 4 = 9. "
+     "The answer is 9."),
+    ("There were nine computers in the server room. Five more computers were installed each day, from monday to "
+     "thursday. How many computers are now in the server room?",
+     "There were originally 9 computers. For each of 4 days, 5 more computers were added. So 5 * 4 = 20 "
+     "computers were added. 9 + 20 is 29. The answer is 29."),
+    ("Michael had 58 golf balls. On tuesday, he lost 23 golf balls. On wednesday, he lost 2 more. How many golf "
+     "balls did he have at the end of wednesday?",
+     "Michael started with 58 golf balls. After losing 23 on tuesday, he had 58 - 23 = 35. After losing 2 more, "
+     "he had 35 - 2 = 33 golf balls. The answer is 33."),
+    ("Olivia has $23. She bought five bagels for $3 each. How much money does she have left?",
+     "Olivia had 23 dollars. 5 bagels for 3 dollars each will be 5 x 3 = 15 dollars. So she has 23 - 15 dollars "
+     "left. 23 - 15 is 8. The answer is 8."),
+)
+
+# A number: optional minus (not a hyphen between words/digits), optional $, digits with thousands
+# commas, optional decimals. "$-5" and "-$5" are both -5.
+_NUMBER = r"(?:(?<![\w-])-\s?\$?|\$\s?-?)?\s?\d(?:[\d,]*\d)?(?:\.\d+)?"
+_NUMBER_RE = re.compile(_NUMBER)
+_ANSWER_RE = re.compile(r"the answer is\b[^0-9$\-\n]{0,12}(" + _NUMBER + ")", re.IGNORECASE)
+
+
+def normalize_number(text: str) -> str:
+    """``"$1,234.50"`` -> ``"1234.50"``, ``"-$5"`` / ``"$-5"`` -> ``"-5"`` (no other rewriting)."""
+    s = re.sub(r"[\s$,]", "", text)
+    return "-" + s.replace("-", "") if "-" in s else s
+
+
+def extract_answer(completion: str) -> str | None:
+    """The predicted number: after the first "The answer is", else the last number; ``None`` if none.
+
+    Examples:
+        >>> extract_answer("5 + 4 = 9. The answer is 9.")
+        '9'
+        >>> extract_answer("She pays $1,200 then $-3.5 back")
+        '-3.5'
+        >>> extract_answer("no idea") is None
+        True
+    """
+    m = _ANSWER_RE.search(completion)
+    if m:
+        return normalize_number(m.group(1))
+    numbers = _NUMBER_RE.findall(completion)
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def gold_answer(answer: str) -> str:
+    """The text after ``####`` in a GSM8K ``answer`` field, commas removed."""
+    if "####" not in answer:
+        raise ValueError(f"GSM8K answer has no '####' line: {answer[-80:]!r}")
+    return answer.split("####")[-1].strip().replace(",", "")
+
+
+def numbers_equal(prediction: str | None, gold: str) -> bool:
+    """Numeric equality of two number strings (``"18.0" == "18"``); ``None`` or unparsable is unequal."""
+    if prediction is None:
+        return False
+    try:
+        return math.isclose(float(prediction), float(gold), rel_tol=0.0, abs_tol=1e-6)
+    except ValueError:
+        return prediction.strip() == gold.strip()
+
+
+def build_prompt(question: str, exemplars: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
+    """The 8-shot CoT prompt text, ending with ``"Q: {question}\\nA:"``."""
+    blocks = [f"Q: {q}\nA: {cot}" for q, cot in exemplars] + [f"Q: {question}\nA:"]
+    return "\n\n".join(blocks)
+
+
+class GSM8K:
+    """The GSM8K task (test split, 8-shot chain of thought).
+
+    Args:
+        data_path: a local ``test.jsonl`` or a folder holding it; ``None`` uses ``data_dir`` or the hub.
+        data_dir: the shared data folder (``<data_dir>/gsm8k/test.jsonl``); ``None`` = not used.
+        limit: keep the first ``limit`` problems (``None`` = all 1319).
+        max_new_tokens: default generation budget for this task.
+        prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
+        exemplars_path: a JSONL of exemplars (``question``, ``chain_of_thought``); ``None`` = next to the local
+            data file, else the built-in copy.
+        num_fewshot: how many of the exemplars to use (0..8, default 8).
+        hub_id: the hub dataset id (config ``main``).
+
+    Raises:
+        DataNotFoundError: at construction, when the data can be read neither locally nor from the hub, or
+            ``exemplars_path`` does not exist.
+        ValueError: a bad setting.
+    """
+
+    name = "gsm8k"
+    version = "1.0"
+    stop_sequences = STOP_SEQUENCES
+    quality_columns = ("accuracy",)
+
+    def __init__(
+        self,
+        data_path: str | None = None,
+        data_dir: str | None = None,
+        limit: int | None = None,
+        max_new_tokens: int = 256,
+        prompt_style: str = "auto",
+        exemplars_path: str | None = None,
+        num_fewshot: int = 8,
+        hub_id: str = SOURCE.hub_id,
+        **_: Any,
+    ):
+        if limit is not None and limit < 1:
+            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
+        if not 0 <= num_fewshot <= len(COT_EXEMPLARS):
+            raise ValueError(f"task.num_fewshot must be in 0..{len(COT_EXEMPLARS)}, got {num_fewshot}")
+        self.limit = limit
+        self.max_new_tokens = max_new_tokens
+        self.prompt_style = check_prompt_style(prompt_style)
+        rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
+        self._problems = rows
+        exemplars = self._load_exemplars(exemplars_path, self.origin)
+        self.exemplars = tuple(exemplars[:num_fewshot])
+        self._chat: bool | None = None
+
+    @staticmethod
+    def _load_exemplars(exemplars_path: str | None, origin: str) -> tuple[tuple[str, str], ...]:
+        if exemplars_path not in (None, ""):
+            p = Path(os.path.expanduser(str(exemplars_path)))
+            if not p.is_file():
+                raise DataNotFoundError(f"GSM8K exemplars not found: task.exemplars_path={exemplars_path!r} does not "
+                                        f"exist. Point it at a {EXEMPLARS_FILE} (e.g. ../shared/data/gsm8k/"
+                                        f"{EXEMPLARS_FILE}) or set it to null for the built-in exemplars.")
+        else:
+            local = Path(origin)
+            p = local.parent / EXEMPLARS_FILE
+            if not (local.is_file() and p.is_file()):
+                log.info("GSM8K: using the built-in 8 CoT exemplars (no %s next to %s)", EXEMPLARS_FILE, origin)
+                return COT_EXEMPLARS
+        rows = sorted(read_jsonl(p), key=lambda r: r.get("index", 0))
+        log.info("GSM8K: exemplars from %s", p)
+        return tuple((r["question"], r["chain_of_thought"]) for r in rows)
+
+    def samples(self, limit: int | None = None) -> Iterator[Sample]:
+        limit = limit if limit is not None else self.limit
+        for i, p in enumerate(self._problems[:limit]):
+            yield Sample(sample_id=f"gsm8k/{i}", prompt=build_prompt(p["question"], self.exemplars),
+                         reference=gold_answer(p["answer"]), metadata={"question": p["question"]})
+
+    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
+        """Prompt text for ``sample``; ``chat`` is the model config's ``chat_template`` flag."""
+        self._chat = use_chat(self.prompt_style, tokenizer, chat)
+        if self._chat:
+            return apply_chat(tokenizer, [{"role": "user", "content": sample.prompt}])
+        return sample.prompt
+
+    def postprocess(self, sample: Sample, completion: str) -> str:
+        """The answer text: the completion cut at the next question (and a blank line for base models)."""
+        return cut_at_stop(completion, CHAT_STOP_SEQUENCES if self._chat else self.stop_sequences).strip()
+
+    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+        """``{"accuracy": 1.0}`` when the extracted number equals the gold answer, else ``{"accuracy": 0.0}``."""
+        prediction = extract_answer(self.postprocess(sample, completion))
+        return {"accuracy": float(numbers_equal(prediction, sample.reference))}

@@ -1,0 +1,150 @@
+"""MBPP (Austin et al. 2021, arXiv 2108.07732): 500 basic Python problems, the standard 3-shot prompt.
+
+Data: the test split, task ids 11..510, from ``google-research-datasets/mbpp`` (config ``full``; shots from
+its ``prompt`` split) or from a local ``mbpp.jsonl`` (the full 974-row release: test = ids 11..510, shots
+= ids 2, 3, 4), given by ``task.data_path`` or ``<data_dir>/mbpp/mbpp.jsonl``; see :mod:`tasks.data`.
+
+Prompt (Austin et al. 2021; the lm-eval ``mbpp`` layout): one block per shot and one for the query,
+separated by a blank line. A block is::
+
+    You are an expert Python programmer, and here is your task: {text} Your code should pass these tests:
+
+    {test_list[0]}
+    {test_list[1]}
+    {test_list[2]}
+    [BEGIN]
+
+A shot continues with its reference ``code`` verbatim (the data's ``\\r\\n`` line ends kept) and
+``\\n[DONE]``; the query ends after ``[BEGIN]\\n``. With ``chat`` style the whole few-shot text is the one
+user message (the model then sees the same demonstrations either way). The completion is cut at
+``[DONE]``; a fenced code block, if the reply has one, is taken as the program.
+
+pass@1 (greedy) runs the program, ``test_setup_code`` (after the program: it uses the solution's
+classes) and the three asserts in a subprocess with a timeout (:func:`tasks.execution.run_program`) only when ``allow_code_execution`` is true.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterator
+
+from harness.types import Sample
+from tasks.base import apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
+from tasks.data import DataSource, load_records
+from tasks.execution import run_program
+
+SOURCE = DataSource(task="MBPP", relpath="mbpp/mbpp.jsonl", hub_id="google-research-datasets/mbpp",
+                    hub_config="full", hub_split="test")
+TEST_IDS = range(11, 511)
+SHOT_IDS = (2, 3, 4)
+STOP_SEQUENCES = ("[DONE]",)
+
+
+def format_block(problem: dict[str, Any]) -> str:
+    """The problem statement, its three asserts and ``[BEGIN]``, ending with a newline."""
+    tests = "\n".join(problem["test_list"][:3])
+    return (f"You are an expert Python programmer, and here is your task: {problem['text']} "
+            f"Your code should pass these tests:\n\n{tests}\n[BEGIN]\n")
+
+
+def build_prompt(problem: dict[str, Any], shots: list[dict[str, Any]]) -> str:
+    """The 3-shot prompt text for ``problem`` (see the module docstring)."""
+    demos = [format_block(s) + s["code"] + "\n[DONE]" for s in shots]
+    return "\n\n".join(demos + [format_block(problem)])
+
+
+def build_program(problem: dict[str, Any], code: str) -> str:
+    """The candidate ``code``, then ``test_setup_code``, then the asserts, as one script.
+
+    The setup goes after the code: the two problems that have one (ids 367, 927) build test trees from
+    the ``Node`` class the solution defines.
+    """
+    parts = [code, problem.get("test_setup_code") or "", "\n".join(problem["test_list"])]
+    return "\n".join(p for p in parts if p) + "\n"
+
+
+class MBPP:
+    """The MBPP task (test split, 3-shot).
+
+    Args:
+        data_path: a local ``mbpp.jsonl`` or a folder holding it; ``None`` uses ``data_dir`` or the hub.
+        data_dir: the shared data folder (``<data_dir>/mbpp/mbpp.jsonl``); ``None`` = not used.
+        limit: keep the first ``limit`` problems (``None`` = all 500).
+        max_new_tokens: default generation budget for this task.
+        prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
+        allow_code_execution: run the asserts for pass@1 (executes model-written code).
+        timeout_s: per-problem execution timeout in seconds.
+        hub_id: the hub dataset id (config ``full``).
+
+    Raises:
+        DataNotFoundError: at construction, when the data can be read neither locally nor from the hub.
+        ValueError: a bad setting, or data without the test problems or the shots.
+    """
+
+    name = "mbpp"
+    version = "1.0"
+    stop_sequences = STOP_SEQUENCES
+    quality_columns = ("pass@1",)
+
+    def __init__(
+        self,
+        data_path: str | None = None,
+        data_dir: str | None = None,
+        limit: int | None = None,
+        max_new_tokens: int = 512,
+        prompt_style: str = "auto",
+        allow_code_execution: bool = False,
+        timeout_s: float = 10.0,
+        hub_id: str = SOURCE.hub_id,
+        **_: Any,
+    ):
+        if limit is not None and limit < 1:
+            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
+        self.limit = limit
+        self.max_new_tokens = max_new_tokens
+        self.prompt_style = check_prompt_style(prompt_style)
+        self.allow_code_execution = allow_code_execution
+        self.timeout_s = timeout_s
+        source = replace(SOURCE, hub_id=hub_id)
+        rows, self.origin = load_records(source, data_path, data_dir)
+        if source.hub_id is not None and data_path in (None, "") and data_dir in (None, ""):
+            # The hub's test split lacks the shots; they are in its "prompt" split (task ids 1..10).
+            rows = rows + load_records(replace(source, hub_split="prompt"), None, None)[0]
+        by_id = {int(r["task_id"]): r for r in rows}
+        missing_shots = [i for i in SHOT_IDS if i not in by_id]
+        if missing_shots:
+            raise ValueError(f"MBPP data from {self.origin} lacks the prompt shots (task ids {missing_shots}); "
+                             "use the full mbpp.jsonl release (task ids 1..974)")
+        self._shots = [by_id[i] for i in SHOT_IDS]
+        self._problems = [by_id[i] for i in TEST_IDS if i in by_id]
+        if not self._problems:
+            raise ValueError(f"MBPP data from {self.origin} holds none of the test problems (task ids 11..510)")
+        self._chat: bool | None = None
+
+    def samples(self, limit: int | None = None) -> Iterator[Sample]:
+        limit = limit if limit is not None else self.limit
+        for p in self._problems[:limit]:
+            yield Sample(sample_id=f"mbpp/{p['task_id']}", prompt=build_prompt(p, self._shots), reference=p,
+                         metadata={"task_id": int(p["task_id"])})
+
+    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
+        """Prompt text for ``sample``; ``chat`` is the model config's ``chat_template`` flag."""
+        self._chat = use_chat(self.prompt_style, tokenizer, chat)
+        if self._chat:
+            return apply_chat(tokenizer, [{"role": "user", "content": sample.prompt}])
+        return sample.prompt
+
+    def postprocess(self, sample: Sample, completion: str) -> str:
+        """The program: the completion cut at ``[DONE]``, or the first fenced code block in it."""
+        text = cut_at_stop(completion, self.stop_sequences)
+        code = extract_code_block(text) if "```" in text else None
+        if code is None:
+            code = text.replace("[BEGIN]", "", 1) if text.lstrip().startswith("[BEGIN]") else text
+        return code
+
+    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+        """``{"pass@1": 0.0 or 1.0}`` when code execution is allowed, else ``{}``."""
+        if not self.allow_code_execution:
+            return {}
+        program = build_program(sample.reference, self.postprocess(sample, completion))
+        return {"pass@1": float(run_program(program, self.timeout_s).passed)}

@@ -1,0 +1,87 @@
+"""Synthetic result rows with known answers, for the report, plot and regression-gate tests.
+
+Every speculative row runs exactly ``spec_factor`` times vanilla's tokens/s on the same sample, so its
+paired speedup is ``spec_factor`` for every sample; accept lengths follow from the per-step lists.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.results import ResultWriter
+
+IDENTITY = {"model": "fixture", "target_model": "target-7b", "draft_model": "draft-1b", "dtype": "float32",
+            "device": "cpu", "device_name": "test cpu", "git_commit": "abc123"}
+
+
+def spec_steps(gamma: int, pattern: Iterable[int], steps: int) -> tuple[list[int], list[int]]:
+    """``(accepted_per_step, drafted_per_step)`` for ``steps`` decode steps cycling through ``pattern``."""
+    pattern = list(pattern)
+    acc = [min(gamma, pattern[i % len(pattern)]) for i in range(steps)]
+    return acc, [gamma] * steps
+
+
+def _row(run_id: str, task: str, sample: int, decoder: str, params: dict[str, Any], **stats: Any) -> dict:
+    return {"run_id": run_id, "attempt_id": "a0", **IDENTITY, "task": task, "task_version": "1",
+            "sample_id": f"{task}/{sample}", "repeat": 0, "decoder": decoder, **params,
+            "decoder_params": json.dumps(params, sort_keys=True), "max_new_tokens": 64, "prompt_tokens": 20,
+            **stats, "status": "ok"}
+
+
+def fixture_rows(run_id: str = "run1", tasks: Iterable[str] = ("humaneval", "mbpp"), n: int = 4, gamma: int = 4,
+                 spec_factor: float | Iterable[float] = 2.0, pattern: Iterable[int] = (4, 1, 2), decode_steps: int = 8,
+                 divergent: Iterable[int] = (), timers: bool = True, lookahead_scope: str | None = None,
+                 lookahead_factor: float = 1.5) -> list[dict]:
+    """Rows of one run: vanilla and speculative (gamma) on ``n`` samples of each task, optionally lookahead.
+
+    Args:
+        spec_factor: speculative tokens/s / vanilla tokens/s, one number or one per sample.
+        pattern: accepted draft tokens per decode step, cycled.
+        divergent: sample indices where speculative's output differs from vanilla's.
+        timers: add ``draft_time_s`` (30 % of wall) and ``verify_time_s`` (60 %).
+        lookahead_scope: add a lookahead decoder with this ``pool_scope``.
+    """
+    factors = [spec_factor] * n if isinstance(spec_factor, (int, float)) else list(spec_factor)
+    rows = []
+    for task in tasks:
+        for i in range(n):
+            acc, dr = spec_steps(gamma, pattern, decode_steps)
+            new_tokens = 1 + sum(a + 1 for a in acc)
+            v_tps = 10.0 + i
+            rows.append(_row(run_id, task, i, "vanilla", {}, new_tokens=new_tokens, num_steps=new_tokens,
+                             accept_length=1.0, num_drafted=0, num_accepted=0, acceptance_rate=None,
+                             draft_forwards=0, wall_time_s=new_tokens / v_tps, tokens_per_s=v_tps,
+                             matches_vanilla=True, first_divergence=None, token_ids=list(range(new_tokens))))
+            s_tps = v_tps * factors[i]
+            wall = new_tokens / s_tps
+            spec = dict(new_tokens=new_tokens, num_steps=1 + decode_steps,
+                        accept_length=new_tokens / (1 + decode_steps),
+                        num_drafted=sum(dr), num_accepted=sum(acc), acceptance_rate=sum(acc) / sum(dr),
+                        draft_forwards=sum(dr), accepted_per_step=acc, drafted_per_step=dr, wall_time_s=wall,
+                        tokens_per_s=s_tps, matches_vanilla=i not in divergent,
+                        first_divergence=3 if i in divergent else None)
+            if timers:
+                spec.update(draft_time_s=0.3 * wall, verify_time_s=0.6 * wall)
+            rows.append(_row(run_id, task, i, "speculative", {"gamma": gamma}, **spec))
+            if lookahead_scope:
+                la_acc, la_dr = spec_steps(3, (3, 0), decode_steps)
+                la_new = 1 + sum(a + 1 for a in la_acc)
+                la_params = {"window_size": 5, "ngram_size": 4, "guess_set_size": 5, "pool_scope": lookahead_scope}
+                rows.append(_row(run_id, task, i, "lookahead", la_params,
+                                 new_tokens=la_new, num_steps=1 + decode_steps,
+                                 accept_length=la_new / (1 + decode_steps), num_drafted=sum(la_dr),
+                                 num_accepted=sum(la_acc), acceptance_rate=sum(la_acc) / sum(la_dr), draft_forwards=0,
+                                 accepted_per_step=la_acc, drafted_per_step=la_dr,
+                                 wall_time_s=la_new / (v_tps * lookahead_factor), tokens_per_s=v_tps * lookahead_factor,
+                                 matches_vanilla=True, first_divergence=None))
+    return rows
+
+
+def write_run(run_dir: str | Path, rows: Iterable[dict]) -> Path:
+    """Write rows as ``<run_dir>/results.jsonl``; returns ``run_dir``."""
+    writer = ResultWriter(run_dir)
+    for r in rows:
+        writer.write(r)
+    return Path(run_dir)
