@@ -88,7 +88,8 @@ class SpeculativeDecoder:
         # The draft's prefill (the prompt) is charged to the first drafting step.
         draft_feed = input_ids[0].tolist()
 
-        while len(out) < max_new_tokens and out[-1] not in self.eos_token_ids:
+        finished = max_new_tokens == 1 or out[0] in self.eos_token_ids
+        while not finished:
             committed = prompt_len + len(out)  # tokens known so far; the last one is pending
             gamma = min(self.gamma, max_new_tokens - len(out) - 1)
             draft_tokens: list[int] = []
@@ -113,6 +114,8 @@ class SpeculativeDecoder:
             n, bonus = greedy_verify(torch.tensor(draft_tokens, device=device, dtype=torch.long), target_argmax)
             out.extend(draft_tokens[:n])
             out.append(bonus)
+            # An EOS among the accepted drafts ends generation, even though the bonus token follows it.
+            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(out[-(n + 1):])
             steps.append(
                 StepRecord(
                     target_tokens_fed=len(draft_tokens) + 1,

@@ -69,8 +69,9 @@ def test_eos_inside_accepted_draft(target, eos_ids, prompt_ids):
     result = decoder.generate(ids, 30)
     assert result.token_ids == expected
     assert VanillaDecoder(target, eos_token_ids={stop}).generate(ids, 30).token_ids == expected
-    # It was accepted as a draft token, not as the step's bonus token.
+    # It was accepted as a draft token, not as the step's bonus token, and decoding stopped right there.
     assert sum(s.emitted for s in result.steps) > len(expected)
+    assert sum(s.emitted for s in result.steps[:-1]) < len(expected)
 
 
 def test_kv_rollback_equals_fresh_recompute(target, prompt_ids):

@@ -25,7 +25,7 @@ def forward(
     *,
     position_ids: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
-    logits_to_keep: int = 0,
+    logits_to_keep: int | torch.Tensor = 0,
 ) -> torch.Tensor:
     """Run ``model`` on new tokens that continue what ``cache`` holds, appending their KV entries.
 
@@ -38,11 +38,13 @@ def forward(
         attention_mask: ``None`` for a causal continuation, or a 4-D additive float mask of shape
             ``(1, 1, n, past_len + n)`` in the model's dtype (0 = attend, dtype min = masked), as built by
             :mod:`decoders.common.tree`.
-        logits_to_keep: if > 0, only the last ``logits_to_keep`` positions go through the LM head
-            (saves the vocab projection when only the next token is needed).
+        logits_to_keep: if an int > 0, only the last ``logits_to_keep`` positions go through the LM head
+            (saves the vocab projection when only the next token is needed); or a ``torch.LongTensor`` of
+            shape ``(k,)`` with the indices (into the ``n`` new tokens) whose logits are needed, as tree
+            layouts use (transformers' ``slice_logits_to_keep``).
 
     Returns:
-        ``torch.Tensor`` of shape ``(1, n or logits_to_keep, vocab_size)`` in the model's dtype.
+        ``torch.Tensor`` of shape ``(1, n or logits_to_keep or k, vocab_size)`` in the model's dtype.
     """
     if position_ids is None:
         past_len = cache.get_seq_length()

@@ -89,6 +89,42 @@ class NGramPool:
             return []
         return self.get(key)[::-1][:k]
 
+    def replace(self, key: int, old: Sequence[int], new: Sequence[int]) -> None:
+        """Overwrite the continuation ``old`` of ``key`` with ``new``, keeping its recency rank.
+
+        Ouroboros' in-place refinement (Zhao et al. 2024, arXiv 2402.13720; reference
+        ``CacheEngine.update_in_place``): a phrase the target just verified is replaced by the target's own
+        predictions for it, without changing which phrases are newest. If ``old`` is not stored, ``new`` is
+        inserted as the newest (:meth:`insert`); if ``new`` is already stored under ``key``, that other copy
+        is dropped so nothing is duplicated.
+
+        Example:
+            >>> pool = NGramPool(ngram_size=3, guess_set_size=3)
+            >>> pool.insert_ngrams([(7, 1, 2), (7, 3, 4), (7, 5, 6)])
+            >>> pool.replace(7, (3, 4), (3, 9)); pool.get(7)
+            [(1, 2), (3, 9), (5, 6)]
+            >>> pool.replace(7, (3, 9), (5, 6)); pool.get(7)   # (5, 6) already stored: no duplicate
+            [(1, 2), (5, 6)]
+
+        Raises:
+            ValueError: if ``new`` does not hold ``ngram_size - 1`` tokens.
+        """
+        old_t = tuple(int(t) for t in old)
+        new_t = tuple(int(t) for t in new)
+        if len(new_t) != self.ngram_size - 1:
+            raise ValueError(f"continuations hold ngram_size - 1 = {self.ngram_size - 1} tokens, got {len(new_t)}")
+        entries = self._table.get(int(key))
+        if entries is None or old_t not in entries:
+            self.insert(key, new_t)
+            return
+        rebuilt: dict[tuple[int, ...], None] = {}
+        for cont in entries:
+            if cont == old_t:
+                rebuilt[new_t] = None
+            elif cont != new_t:
+                rebuilt[cont] = None
+        self._table[int(key)] = rebuilt
+
     def clear(self) -> None:
         """Forget every n-gram."""
         self._table.clear()

@@ -171,3 +171,65 @@ def lookahead_layout(row_lengths: tuple[int, ...], num_guesses: int, guess_len: 
         first = len(parents)
         parents.extend([0] + [first + j for j in range(guess_len - 1)])
     return LookaheadLayout(tuple(parents), tuple(row_starts), tuple(row_lengths), guess_start, num_guesses, guess_len)
+
+
+def prepend_chain(parents: Sequence[int], chain_len: int) -> tuple[int, ...]:
+    """Parent array of ``chain_len`` linear tokens followed by a tree whose roots hang off the chain's end.
+
+    Used when a tree forward must also feed tokens the KV cache lacks (e.g. a draft model catching up on
+    tokens the target accepted): those tokens form a causal chain, and the tree (``parents``, with ``-1``
+    for its roots) continues after the chain's last token. Tree index ``i`` moves to ``chain_len + i``.
+
+    Example:
+        ``prepend_chain([-1, 0, 0], 2)`` -> ``(-1, 0, 1, 2, 2)``: chain ``c0 -> c1``, then the tree's root at
+        index 2 under ``c1`` and its two children under the root.
+
+    Args:
+        parents: the tree's parent array (``-1`` = root).
+        chain_len: tokens in the leading chain (>= 0; 0 returns ``parents`` unchanged).
+
+    Returns:
+        The combined parent array, ``chain_len + len(parents)`` long.
+
+    Raises:
+        ValueError: if ``chain_len < 0``.
+    """
+    if chain_len < 0:
+        raise ValueError(f"chain_len must be >= 0, got {chain_len}")
+    root_parent = chain_len - 1  # -1 when there is no chain
+    return tuple(range(-1, chain_len - 1)) + tuple(
+        p + chain_len if p >= 0 else root_parent for p in (int(p) for p in parents)
+    )
+
+
+def chain_with_branches(chain_len: int, branch_lengths: Sequence[int]) -> tuple[int, ...]:
+    """Parent array of a linear chain plus parallel branches that all continue after the chain's end.
+
+    The verification tree of Ouroboros (Zhao et al. 2024, arXiv 2402.13720, section 3.2; reference
+    ``j_make_causal_mask_with_guess``): the trunk is the pending token plus the draft, and each candidate
+    suffix is a chain hanging off the trunk's last token. Branches see the whole trunk and themselves, never
+    each other; with :func:`tree_attention` every branch restarts at the position right after the trunk.
+
+    Example:
+        ``chain_with_branches(3, [2, 2])`` -> ``(-1, 0, 1, 2, 3, 2, 5)``: trunk ``t0 t1 t2``, branch A at
+        indices 3-4 and branch B at 5-6, both rooted under ``t2`` (positions ``p+3, p+4`` for each).
+
+    Args:
+        chain_len: trunk tokens (>= 1).
+        branch_lengths: tokens per branch (each >= 1), in flat order after the trunk.
+
+    Returns:
+        The parent array, ``chain_len + sum(branch_lengths)`` long.
+
+    Raises:
+        ValueError: if ``chain_len < 1`` or a branch is empty.
+    """
+    if chain_len < 1:
+        raise ValueError(f"chain_len must be >= 1, got {chain_len}")
+    if any(n < 1 for n in branch_lengths):
+        raise ValueError(f"branches must hold at least one token, got lengths {list(branch_lengths)}")
+    parents = list(range(-1, chain_len - 1))
+    for n in branch_lengths:
+        first = len(parents)
+        parents.extend([chain_len - 1] + [first + j for j in range(n - 1)])
+    return tuple(parents)

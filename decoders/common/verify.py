@@ -64,7 +64,9 @@ def branch_verify(branch_tokens: torch.Tensor, target_argmax: torch.Tensor) -> t
         ValueError: on mismatched shapes or zero branches.
     """
     if branch_tokens.dim() != 2 or branch_tokens.shape[0] == 0:
-        raise ValueError(f"branch_tokens must have shape (num_branches >= 1, branch_len), got {tuple(branch_tokens.shape)}")
+        raise ValueError(
+            f"branch_tokens must have shape (num_branches >= 1, branch_len), got {tuple(branch_tokens.shape)}"
+        )
     num_branches, branch_len = branch_tokens.shape
     if tuple(target_argmax.shape) != (num_branches, branch_len + 1):
         raise ValueError(

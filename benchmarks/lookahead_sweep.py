@@ -1,0 +1,151 @@
+"""Time vanilla vs prompt lookup vs lookahead decoding over a small (W, N, G) grid on HumanEval prompts.
+
+A development sweep (not a test, not the paper-style runner): it loads the configured model pair's
+target through :func:`harness.models.load_pair`, renders the first HumanEval problems the way the runner
+does, and for each decoder reports tokens/s, speedup vs vanilla (ratio of total tokens / total time;
+also by process CPU time, which a busy shared machine inflates less than wall time),
+accept length (new tokens per target forward, prefill included), mean tokens fed per decode step and whether the output
+equals vanilla's (bfloat16 may legitimately differ; float32 must not). It also times one target forward
+per fed-token count, the cost curve that decides which lookahead sizes can pay off on this device.
+
+Usage::
+
+    python benchmarks/lookahead_sweep.py --limit 3 --max-new-tokens 128 \\
+        --grid 2,3,2 3,4,3 5,4,5 5,4,5,1 --pld 3,10 --out results/lookahead_sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from decoders.common.forward import forward, new_cache
+from decoders.common.stopping import collect_eos_token_ids
+from decoders.lookahead import LookaheadDecoder
+from decoders.prompt_lookup import PromptLookupDecoder
+from decoders.vanilla import VanillaDecoder
+from harness.models import load_pair
+from tasks.humaneval import HumanEval
+
+log = logging.getLogger("lookahead_sweep")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def triple(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
+def forward_cost_curve(model, prompt_ids: torch.Tensor, sizes: list[int], repeats: int = 3) -> dict[int, float]:
+    """Median seconds of one causal forward of ``n`` new tokens after the prompt, for each ``n``."""
+    cache = new_cache(model)
+    forward(model, prompt_ids, cache, logits_to_keep=1)
+    past = cache.get_seq_length()
+    out = {}
+    for n in sizes:
+        times = []
+        for _ in range(repeats):
+            ids = prompt_ids[:, -1:].repeat(1, n)
+            t0 = time.perf_counter()
+            forward(model, ids, cache, logits_to_keep=torch.arange(n))
+            times.append(time.perf_counter() - t0)
+            cache.crop(past - cache.get_seq_length())
+        out[n] = sorted(times)[len(times) // 2]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="conf/model/<name>.yaml")
+    parser.add_argument("--dtype", default=None, help="override the model config's dtype")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--limit", type=int, default=3, help="first N HumanEval problems")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--grid", type=triple, nargs="*", default=[(2, 3, 2), (3, 4, 3), (5, 4, 5), (4, 5, 4)],
+                        help="lookahead W,N,G triples; a 4th value 1 turns pool_from_prompt on")
+    parser.add_argument("--pld", type=triple, nargs="*", default=[(3, 10)],
+                        help="prompt lookup max_ngram_size,num_draft_tokens pairs")
+    parser.add_argument("--cost-curve", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64],
+                        help="fed-token counts for the forward cost curve (empty to skip)")
+    parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    model_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"), resolve=True)
+    if args.dtype:
+        model_cfg["dtype"] = args.dtype
+    pair = load_pair(model_cfg, device=args.device, need_draft=False)
+    model, tok = pair.target, pair.tokenizer
+    eos = collect_eos_token_ids(tok, model.generation_config)
+    task = HumanEval(limit=args.limit)
+    prompts = []
+    for sample in task.samples():
+        text = task.render(sample, tok, model_cfg.get("chat_template"))
+        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids.to(pair.device)
+        prompts.append((sample.sample_id, ids))
+    log.info("model %s %s on %s, threads %d, %d prompts", pair.target_name, pair.dtype, pair.device,
+             torch.get_num_threads(), len(prompts))
+
+    if args.cost_curve:
+        curve = forward_cost_curve(model, prompts[0][1], args.cost_curve)
+        base = curve[args.cost_curve[0]]
+        log.info("forward cost (s) by tokens fed: %s",
+                 ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))
+
+    decoders = {"vanilla": VanillaDecoder(model, eos_token_ids=eos)}
+    for n, k in args.pld:
+        decoders[f"prompt_lookup n={n} k={k}"] = PromptLookupDecoder(model, max_ngram_size=n, num_draft_tokens=k,
+                                                                      eos_token_ids=eos)
+    for w, n, g, *rest in args.grid:
+        from_prompt = bool(rest and rest[0])
+        decoders[f"lookahead W={w} N={n} G={g}" + (" +prompt" if from_prompt else "")] = LookaheadDecoder(
+            model, window_size=w, ngram_size=n, guess_set_size=g, pool_from_prompt=from_prompt, eos_token_ids=eos
+        )
+    VanillaDecoder(model).generate(prompts[0][1], 4)  # warm-up (allocator, kernels)
+
+    # Decoders are interleaved per prompt (vanilla first), so load drift hits them all alike.
+    totals = {name: dict(tokens=0, steps=0, fed=0, same=0, seconds=0.0, cpu_s=0.0) for name in decoders}
+    reference: dict[str, tuple[int, ...]] = {}
+    for sample_id, ids in prompts:
+        for name, dec in decoders.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = dec.generate(ids, args.max_new_tokens)
+            seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+            if name == "vanilla":
+                reference[sample_id] = res.token_ids
+            acc = totals[name]
+            acc["seconds"] += seconds
+            acc["cpu_s"] += cpu_s
+            acc["tokens"] += res.new_tokens
+            acc["steps"] += res.num_steps
+            acc["fed"] += sum(s.target_tokens_fed for s in res.steps[1:])
+            acc["same"] += res.token_ids == reference[sample_id]
+            log.info("  %s %-34s %5.1f s (cpu %5.1f s)  %.2f tok/s  tau %.2f", sample_id, name, seconds, cpu_s,
+                     res.new_tokens / seconds, res.accept_length)
+    rows = []
+    for name, acc in totals.items():
+        row = {"decoder": name, "new_tokens": acc["tokens"], "seconds": round(acc["seconds"], 2),
+               "tokens_per_s": round(acc["tokens"] / acc["seconds"], 2),
+               "tokens_per_cpu_s": round(acc["tokens"] / acc["cpu_s"], 2),
+               "accept_length": round(acc["tokens"] / acc["steps"], 3),
+               "tokens_fed_per_step": round(acc["fed"] / max(acc["steps"] - len(prompts), 1), 1),
+               "matches_vanilla": f"{acc['same']}/{len(prompts)}"}
+        row["speedup"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows else 1.0
+        row["cpu_speedup"] = round(row["tokens_per_cpu_s"] / rows[0]["tokens_per_cpu_s"], 3) if rows else 1.0
+        rows.append(row)
+        log.info("%-34s %6.2f tok/s  speedup %.2fx (cpu-time %.2fx)  tau %.2f  fed/step %5.1f  equal %s", name,
+                 row["tokens_per_s"], row["speedup"], row["cpu_speedup"], row["accept_length"],
+                 row["tokens_fed_per_step"], row["matches_vanilla"])
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"model": pair.target_name, "dtype": str(pair.dtype), "rows": rows,
+                                              "max_new_tokens": args.max_new_tokens, "limit": args.limit}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Prompt lookup decoding: drafts copied from the context by n-gram matching, verified greedily.
+
+Saxena 2023, "Prompt Lookup Decoding" (github.com/apoorvumang/prompt-lookup-decoding; transformers'
+``prompt_lookup_num_tokens``): the draft is the text that followed the most recent earlier occurrence of
+the context's last n-gram (:func:`decoders.common.ngram_pool.find_prompt_lookup_candidates`), so no draft
+model runs. The pending token and the draft go through one target forward; the longest prefix matching
+the target's argmax is accepted plus the target's own next token (greedy case of Leviathan et al. 2023,
+arXiv 2211.17192, Algorithm 1) and rejected entries are cropped from the KV cache.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterable
+
+import torch
+from transformers import PreTrainedModel
+
+from decoders.common.forward import forward, new_cache
+from decoders.common.kv_cache import crop
+from decoders.common.ngram_pool import find_prompt_lookup_candidates
+from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
+from decoders.common.verify import greedy_verify
+from harness.types import DecodeResult, StepRecord
+
+
+class PromptLookupDecoder:
+    """Greedy prompt lookup decoding.
+
+    Cache invariant between steps: the KV cache holds every committed token except the last one, which is
+    fed first in the next forward. A step with no match feeds only that token (a vanilla step).
+
+    Args:
+        target_model: the model whose greedy output is reproduced.
+        max_ngram_size: longest suffix n-gram searched for in prompt + generated tokens (>= 1).
+        num_draft_tokens: draft length when a match is found (>= 1); shortened near ``max_new_tokens`` and
+            cut just after an end-of-sequence id.
+        min_ngram_size: shortest suffix n-gram tried (1 <= min_ngram_size <= max_ngram_size).
+        eos_token_ids: ids that end generation.
+
+    Raises:
+        ValueError: on sizes out of range.
+    """
+
+    name = "prompt_lookup"
+
+    def __init__(
+        self,
+        target_model: PreTrainedModel,
+        max_ngram_size: int = 3,
+        num_draft_tokens: int = 10,
+        min_ngram_size: int = 1,
+        eos_token_ids: Iterable[int] = (),
+        **_: object,
+    ):
+        for name, value, minimum in (("max_ngram_size", max_ngram_size, 1), ("num_draft_tokens", num_draft_tokens, 1),
+                                     ("min_ngram_size", min_ngram_size, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if min_ngram_size > max_ngram_size:
+            raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size})")
+        self.target_model = target_model
+        self.max_ngram_size = max_ngram_size
+        self.num_draft_tokens = num_draft_tokens
+        self.min_ngram_size = min_ngram_size
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self._max_positions = getattr(target_model.config, "max_position_embeddings", None)
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
+
+        Each step's :class:`~harness.types.StepRecord` has ``drafted`` = draft tokens verified,
+        ``accepted`` = those accepted, ``source = {"prompt_lookup": accepted, "bonus": 1}``.
+        """
+        check_max_new_tokens(max_new_tokens)
+        if input_ids.shape[0] != 1:
+            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
+        model, device = self.target_model, input_ids.device
+        context = input_ids[0].tolist()  # prompt + every committed token
+        prompt_len = len(context)
+        cache = new_cache(model)
+        logits = forward(model, input_ids, cache, logits_to_keep=1)
+        out = [int(logits[0, -1].argmax())]
+        context.append(out[0])
+        steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
+        lookup_steps = 0
+
+        finished = max_new_tokens == 1 or out[0] in self.eos_token_ids
+        while not finished:
+            past_len = len(context) - 1  # the pending token out[-1] is not cached yet
+            max_depth = self._max_positions - 1 - past_len if self._max_positions else sys.maxsize
+            gamma = max(0, min(self.num_draft_tokens, max_new_tokens - len(out) - 1, max_depth))
+            draft = (find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size)
+                     if gamma else [])
+            for i, t in enumerate(draft):
+                if t in self.eos_token_ids:
+                    draft = draft[: i + 1]
+                    break
+            lookup_steps += bool(draft)
+            t_logits = forward(model, torch.tensor([[out[-1], *draft]], device=device), cache)
+            n, bonus = greedy_verify(torch.tensor(draft, device=device, dtype=torch.long), t_logits[0].argmax(-1))
+            emitted = [*draft[:n], bonus]
+            out.extend(emitted)
+            context.extend(emitted)
+            crop(cache, past_len + 1 + n)
+            steps.append(StepRecord(target_tokens_fed=len(draft) + 1, emitted=n + 1, drafted=len(draft), accepted=n,
+                                    source={"prompt_lookup": n, "bonus": 1}))
+            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
+
+        decode_steps = len(steps) - 1
+        extra = {
+            "max_ngram_size": self.max_ngram_size,
+            "num_draft_tokens": self.num_draft_tokens,
+            "lookup_hit_rate": lookup_steps / decode_steps if decode_steps else 0.0,
+        }
+        return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps), extra)

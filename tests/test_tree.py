@@ -1,0 +1,121 @@
+"""Tree masks / position ids against hand-worked trees, the lookahead layout, and a model-level check
+that a tree forward gives every token the logits of a plain forward along its root-to-token path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoders.common.forward import forward, new_cache
+from decoders.common.tree import lookahead_layout, tree_attention
+
+NEG = torch.finfo(torch.float32).min
+
+
+def allowed(mask: torch.Tensor) -> torch.Tensor:
+    """0/1 int matrix of the tree part (1 = attend)."""
+    n = mask.shape[-2]
+    return (mask[0, 0, :, -n:] == 0).int()
+
+
+def test_hand_built_tree():
+    # r; a and b children of r; c child of a.
+    mask, pos = tree_attention([-1, 0, 0, 1], past_len=2)
+    assert mask.shape == (1, 1, 4, 6) and mask.dtype == torch.float32
+    assert (mask[0, 0, :, :2] == 0).all()  # the cache is visible to everyone
+    assert allowed(mask).tolist() == [
+        [1, 0, 0, 0],
+        [1, 1, 0, 0],
+        [1, 0, 1, 0],
+        [1, 1, 0, 1],
+    ]
+    assert set(mask.unique().tolist()) == {0.0, NEG}
+    assert pos.tolist() == [[2, 3, 3, 4]]
+
+
+def test_chain_is_causal_and_forest_roots_are_independent():
+    mask, pos = tree_attention([-1, 0, 1, 2], past_len=0)
+    assert allowed(mask).tolist() == torch.tril(torch.ones(4, 4, dtype=torch.int)).tolist()
+    assert pos.tolist() == [[0, 1, 2, 3]]
+    mask, pos = tree_attention([-1, -1, 1], past_len=5)
+    assert allowed(mask).tolist() == [[1, 0, 0], [0, 1, 0], [0, 1, 1]]
+    assert pos.tolist() == [[5, 5, 6]]
+
+
+def test_mask_dtype_and_device():
+    mask, pos = tree_attention([-1, 0], past_len=1, dtype=torch.bfloat16)
+    assert mask.dtype == torch.bfloat16 and pos.dtype == torch.long
+    assert mask[0, 0, 0, 2] == torch.finfo(torch.bfloat16).min
+
+
+@pytest.mark.parametrize("parents", [[0], [-1, 1], [-1, 0, 3, 1], [-2]])
+def test_bad_parents(parents):
+    with pytest.raises(ValueError):
+        tree_attention(parents, past_len=0)
+
+
+def test_lookahead_layout_docstring_example():
+    # W = 3, N = 3 (two rows), one guess of 2 tokens: [x a1 a2 | b0 b1 b2 | g0 g1].
+    layout = lookahead_layout((3, 3), 1, 2)
+    assert layout.parents == (-1, 0, 1, 0, 1, 2, 0, 6)
+    assert layout.row_starts == (0, 3) and layout.guess_start == 6 and layout.size == 8
+    mask, pos = tree_attention(layout.parents, past_len=10)
+    assert pos.tolist() == [[10, 11, 12, 11, 12, 13, 11, 12]]
+    #                             x  a1 a2 b0 b1 b2 g0 g1
+    assert allowed(mask).tolist() == [
+        [1, 0, 0, 0, 0, 0, 0, 0],  # x
+        [1, 1, 0, 0, 0, 0, 0, 0],  # a1
+        [1, 1, 1, 0, 0, 0, 0, 0],  # a2
+        [1, 0, 0, 1, 0, 0, 0, 0],  # b0
+        [1, 1, 0, 0, 1, 0, 0, 0],  # b1
+        [1, 1, 1, 0, 0, 1, 0, 0],  # b2
+        [1, 0, 0, 0, 0, 0, 1, 0],  # g0
+        [1, 0, 0, 0, 0, 0, 1, 1],  # g1
+    ]
+
+
+def test_lookahead_layout_positions_follow_the_paper():
+    """Input at p; row 0 column i at p + i; row k column i at p + k + i; guesses at p+1 .. p+N-1."""
+    W, N, G, p = 4, 5, 3, 7
+    layout = lookahead_layout((W,) * (N - 1), G, N - 1)
+    _, pos = tree_attention(layout.parents, past_len=p)
+    pos = pos[0].tolist()
+    for k in range(N - 1):
+        for i in range(W):
+            assert pos[layout.row_index(k, i)] == p + k + i
+    for b in range(G):
+        assert [pos[layout.guess_index(b, j)] for j in range(N - 1)] == list(range(p + 1, p + N))
+    assert layout.size == W + (N - 2) * W + G * (N - 1)  # LADE: 1 + (W-1) + (N-2)W + G(N-1)
+
+
+def test_lookahead_layout_warmup_rows_and_no_guesses():
+    layout = lookahead_layout((5, 5), 0, 0)
+    assert layout.size == 10 and layout.num_guesses == 0 and layout.guess_start == 10
+    single = lookahead_layout((1,), 2, 1)  # input token + two 1-token guesses
+    assert single.parents == (-1, 0, 0)
+
+
+@pytest.mark.parametrize("rows, g, glen", [((), 0, 0), ((0,), 0, 0), ((2, 3), 0, 0), ((2,), 1, 0), ((2,), -1, 1)])
+def test_lookahead_layout_rejects_bad_shapes(rows, g, glen):
+    with pytest.raises(ValueError):
+        lookahead_layout(rows, g, glen)
+
+
+def test_tree_forward_matches_path_forwards(target):
+    """Each tree token's logits equal a fresh causal forward of prefix + its root-to-token path."""
+    prefix = torch.tensor([[11, 42, 99, 7, 13, 200, 5]])
+    layout = lookahead_layout((4, 4, 4), 2, 3)
+    g = torch.Generator().manual_seed(0)
+    tree_tokens = torch.randint(0, 256, (1, layout.size), generator=g)
+    cache = new_cache(target)
+    forward(target, prefix, cache)
+    mask, pos = tree_attention(layout.parents, prefix.shape[1])
+    tree_logits = forward(target, tree_tokens, cache, position_ids=pos, attention_mask=mask)[0]
+    for i in range(layout.size):
+        path, j = [], i
+        while j >= 0:
+            path.append(j)
+            j = layout.parents[j]
+        seq = torch.cat([prefix, tree_tokens[:, path[::-1]]], dim=1)
+        ref = forward(target, seq, new_cache(target), logits_to_keep=1)[0, -1]
+        torch.testing.assert_close(tree_logits[i], ref, rtol=1e-4, atol=1e-4)
