@@ -1,0 +1,165 @@
+"""Time vanilla vs draft-model speculative decoding vs Ouroboros settings on a few HumanEval prompts.
+
+A development probe (not a test, not the paper-style runner) used to pick the CPU defaults of
+``conf/decoder/ouroboros.yaml``: it loads the configured model pair (:func:`harness.models.load_pair`),
+renders the first HumanEval problems the way the runner does, interleaves the decoders per prompt (vanilla
+first) and reports tokens/s, speedup vs vanilla (ratio of total tokens / total time), accept length tau (new
+tokens per target forward, prefill included), draft forwards per target forward, tokens fed per draft and per
+target forward, the drafting / verifying time split and whether the output equals vanilla's (bfloat16 may
+legitimately differ; float32 must not). Optionally it first times one forward per fed-token count for both
+models, the cost curve that decides how large draft and verification forwards may grow on this device.
+
+Usage::
+
+    python benchmarks/ouroboros_probe.py --limit 2 --max-new-tokens 128 --spec 4 \\
+        --ouro 6,4,4,4,3 8,3,3,3,3 --cost-curve 1 8 16 32 --out results/ouroboros_probe.json
+
+Each ``--ouro`` item is ``gamma,W,N,G,topk``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from decoders.common.forward import forward, new_cache
+from decoders.common.stopping import collect_eos_token_ids
+from decoders.ouroboros import OuroborosDecoder
+from decoders.speculative import SpeculativeDecoder
+from decoders.vanilla import VanillaDecoder
+from harness.models import load_pair
+from tasks.humaneval import HumanEval
+
+log = logging.getLogger("ouroboros_probe")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
+def forward_cost_curve(model, prompt_ids: torch.Tensor, sizes: list[int], repeats: int = 3) -> dict[int, float]:
+    """Median seconds of one forward of ``n`` new tokens (all logits kept) after the prompt, for each ``n``."""
+    cache = new_cache(model)
+    forward(model, prompt_ids, cache, logits_to_keep=1)
+    past = cache.get_seq_length()
+    out = {}
+    for n in sizes:
+        times = []
+        for _ in range(repeats):
+            ids = prompt_ids[:, -1:].repeat(1, n)
+            t0 = time.perf_counter()
+            forward(model, ids, cache, logits_to_keep=torch.arange(n))
+            times.append(time.perf_counter() - t0)
+            cache.crop(past - cache.get_seq_length())
+        out[n] = sorted(times)[len(times) // 2]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="conf/model/<name>.yaml")
+    parser.add_argument("--dtype", default=None, help="override the model config's dtype")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--limit", type=int, default=2, help="first N HumanEval problems")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--spec", type=int, nargs="*", default=[4], help="speculative decoding gammas")
+    parser.add_argument("--ouro", type=ints, nargs="*", default=[(6, 4, 4, 4, 3)],
+                        help="Ouroboros gamma,W,N,G,topk tuples")
+    parser.add_argument("--cost-curve", type=int, nargs="*", default=[],
+                        help="fed-token counts for both models' forward cost curves (empty to skip)")
+    parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    model_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"), resolve=True)
+    if args.dtype:
+        model_cfg["dtype"] = args.dtype
+    pair = load_pair(model_cfg, device=args.device, need_draft=True)
+    target, draft, tok = pair.target, pair.draft, pair.tokenizer
+    eos = collect_eos_token_ids(tok, target.generation_config)
+    task = HumanEval(limit=args.limit)
+    prompts = []
+    for sample in task.samples():
+        text = task.render(sample, tok, model_cfg.get("chat_template"))
+        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids.to(pair.device)
+        prompts.append((sample.sample_id, ids))
+    log.info("target %s, draft %s, %s on %s, threads %d, %d prompts", pair.target_name, pair.draft_name,
+             pair.dtype, pair.device, torch.get_num_threads(), len(prompts))
+
+    if args.cost_curve:
+        for role, model in (("target", target), ("draft", draft)):
+            curve = forward_cost_curve(model, prompts[0][1], args.cost_curve)
+            base = curve[args.cost_curve[0]]
+            log.info("%s forward cost (s) by tokens fed: %s", role,
+                     ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))
+
+    decoders = {"vanilla": VanillaDecoder(target, eos_token_ids=eos)}
+    for gamma in args.spec:
+        decoders[f"speculative g={gamma}"] = SpeculativeDecoder(target, draft, gamma=gamma, eos_token_ids=eos)
+    for gamma, w, n, g, k in args.ouro:
+        decoders[f"ouroboros g={gamma} W={w} N={n} G={g} k={k}"] = OuroborosDecoder(
+            target, draft, gamma=gamma, window_size=w, ngram_size=n, guess_set_size=g, topk=k, eos_token_ids=eos
+        )
+    VanillaDecoder(target).generate(prompts[0][1], 4)  # warm-up (allocator, kernels)
+    VanillaDecoder(draft).generate(prompts[0][1], 4)
+
+    keys = ("seconds", "tokens", "steps", "fed", "same", "draft_fwd", "draft_fed", "draft_s", "verify_s", "suffix")
+    totals = {name: dict.fromkeys(keys, 0) for name in decoders}
+    reference: dict[str, tuple[int, ...]] = {}
+    for sample_id, ids in prompts:
+        for name, dec in decoders.items():
+            t0 = time.perf_counter()
+            res = dec.generate(ids, args.max_new_tokens)
+            seconds = time.perf_counter() - t0
+            if name == "vanilla":
+                reference[sample_id] = res.token_ids
+            acc = totals[name]
+            acc["seconds"] += seconds
+            acc["tokens"] += res.new_tokens
+            acc["steps"] += res.num_steps
+            acc["fed"] += sum(s.target_tokens_fed for s in res.steps[1:])
+            acc["same"] += res.token_ids == reference[sample_id]
+            acc["draft_fwd"] += res.draft_forwards
+            acc["draft_fed"] += sum(s.draft_tokens_fed for s in res.steps[1:]) - ids.shape[1]  # prompt excluded
+            acc["draft_s"] += res.extra.get("draft_time_s", 0.0)
+            acc["verify_s"] += res.extra.get("verify_time_s", 0.0)
+            acc["suffix"] += sum((s.source or {}).get("suffix", 0) for s in res.steps)
+            log.info("  %s %-36s %5.1f s  %.2f tok/s  tau %.2f", sample_id, name, seconds, res.new_tokens / seconds,
+                     res.accept_length)
+    rows = []
+    for name, acc in totals.items():
+        decode_steps = max(acc["steps"] - len(prompts), 1)
+        row = {
+            "decoder": name, "new_tokens": acc["tokens"], "seconds": round(acc["seconds"], 2),
+            "tokens_per_s": round(acc["tokens"] / acc["seconds"], 2),
+            "accept_length": round(acc["tokens"] / acc["steps"], 3),
+            "target_fed_per_step": round(acc["fed"] / decode_steps, 1),
+            "draft_fwd_per_step": round(acc["draft_fwd"] / decode_steps, 2),
+            "draft_fed_per_fwd": round(acc["draft_fed"] / max(acc["draft_fwd"], 1), 1) if acc["draft_fwd"] else 0.0,
+            "draft_share": round(acc["draft_s"] / acc["seconds"], 3) if acc["draft_s"] else None,
+            "verify_share": round(acc["verify_s"] / acc["seconds"], 3) if acc["verify_s"] else None,
+            "suffix_tokens": acc["suffix"],
+            "matches_vanilla": f"{acc['same']}/{len(prompts)}",
+        }
+        row["speedup"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows else 1.0
+        rows.append(row)
+        log.info("%-36s %6.2f tok/s  speedup %.2fx  tau %.2f  target fed %5.1f  draft fwd/step %.2f  "
+                 "draft fed/fwd %5.1f  suffix %d  equal %s", name, row["tokens_per_s"], row["speedup"],
+                 row["accept_length"], row["target_fed_per_step"], row["draft_fwd_per_step"],
+                 row["draft_fed_per_fwd"], row["suffix_tokens"], row["matches_vanilla"])
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"target": pair.target_name, "draft": pair.draft_name,
+                                              "dtype": str(pair.dtype), "rows": rows, "limit": args.limit,
+                                              "max_new_tokens": args.max_new_tokens}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
