@@ -327,6 +327,9 @@ class OuroborosDecoder:
         pool_scope: ``"sample"`` clears the pool at every :meth:`generate` (cold start); ``"task"`` keeps it
             until :meth:`reset` (warm start; speed then depends on sample order, outputs do not).
         seed: seed of the Jacobi window initialisation (tokens drawn from the prompt), reseeded per call.
+        pool_from_prompt: also insert the prompt's own n-grams into the phrase pool before decoding (as
+            LookaheadDecoding's ``POOL_FROM_PROMPT``; not in the paper): drafts and suffixes can then copy
+            prompt text, which prompt lookup decoding shows pays off on code tasks. Off by default.
         eos_token_ids: ids that end generation.
 
     Raises:
@@ -347,6 +350,7 @@ class OuroborosDecoder:
         topk: int = 3,
         pool_scope: str = "sample",
         seed: int = 0,
+        pool_from_prompt: bool = False,
         eos_token_ids: Iterable[int] = (),
         **_: object,
     ):
@@ -363,6 +367,9 @@ class OuroborosDecoder:
             raise ValueError(f"pool_scope must be one of {POOL_SCOPES}, got {pool_scope!r}")
         self.pool_scope = pool_scope
         self.seed = _check_int("seed", seed, 0)
+        if not isinstance(pool_from_prompt, bool):
+            raise ValueError(f"pool_from_prompt must be true or false, got {pool_from_prompt!r}")
+        self.pool_from_prompt = pool_from_prompt
         self.eos_token_ids = frozenset(eos_token_ids)
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft proposes only ids the target
@@ -400,6 +407,9 @@ class OuroborosDecoder:
         target, device = self.target_model, input_ids.device
         seq = input_ids[0].tolist()  # committed tokens: prompt + output
         prompt_len = len(seq)
+        if self.pool_from_prompt:
+            n = self.ngram_size
+            self.pool.insert_ngrams(seq[i : i + n] for i in range(prompt_len - n + 1))
         drafter = LookaheadDrafter(self.draft_model, self.pool, self.window_size, self.ngram_size, self.seed,
                                    self._draft_vocab, self.eos_token_ids)
         drafter.start(seq)
@@ -478,6 +488,7 @@ class OuroborosDecoder:
         lookahead_fwd = draft_fwd - (1 if drafter.prefill_tokens else 0)  # the prompt prefill excluded
         extra = {
             "pool_scope": self.pool_scope,
+            "pool_from_prompt": self.pool_from_prompt,
             "gamma": self.gamma,
             "window_size": self.window_size,
             "ngram_size": self.ngram_size,

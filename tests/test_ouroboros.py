@@ -298,3 +298,27 @@ def test_batch_and_length_errors(target, noisy_draft, prompt_ids):
         dec.generate(prompt_ids[0], 0)
     with pytest.raises(ValueError):
         dec.generate(torch.cat([prompt_ids[0], prompt_ids[0]]), 4)
+
+
+@pytest.mark.parametrize("pool_scope", ["sample", "task"])
+def test_pool_from_prompt_equals_vanilla(target, noisy_draft, prompt_ids, vanilla, pool_scope):
+    """Seeding the phrase pool with the prompt's n-grams changes speed only, never the output."""
+    plain = OuroborosDecoder(target, noisy_draft, gamma=4, window_size=3, ngram_size=4, guess_set_size=4, topk=3)
+    seeded = OuroborosDecoder(target, noisy_draft, gamma=4, window_size=3, ngram_size=4, guess_set_size=4, topk=3,
+                              pool_from_prompt=True, pool_scope=pool_scope)
+    for i in range(len(prompt_ids)):
+        res = seeded.generate(prompt_ids[i], MAX_NEW)
+        assert res.token_ids == vanilla(i), f"prompt {i}"
+        assert res.extra["pool_from_prompt"] is True
+        assert plain.generate(prompt_ids[i], MAX_NEW).token_ids == res.token_ids
+    # The prompt's n-grams are in the pool before the first step (max_new_tokens=1 decodes nothing more).
+    probe = OuroborosDecoder(target, noisy_draft, ngram_size=4, guess_set_size=4, pool_scope="task",
+                             pool_from_prompt=True)
+    prompt = prompt_ids[2][0].tolist()
+    probe.generate(prompt_ids[2], 1)
+    assert tuple(prompt[-3:]) in probe.pool.get(prompt[-4])
+
+
+def test_pool_from_prompt_must_be_bool(target, noisy_draft):
+    with pytest.raises(ValueError, match="pool_from_prompt"):
+        OuroborosDecoder(target, noisy_draft, pool_from_prompt="yes")
