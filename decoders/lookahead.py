@@ -29,6 +29,7 @@ from typing import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_int, check_pool_scope
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import keep_path
 from decoders.common.ngram_pool import NGramPool
@@ -37,13 +38,6 @@ from decoders.common.tree import lookahead_layout, tree_attention
 from decoders.common.verify import branch_verify
 from harness.types import DecodeResult, StepRecord
 
-POOL_SCOPES = ("sample", "task")
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 class LookaheadDecoder:
@@ -94,13 +88,11 @@ class LookaheadDecoder:
         **_: object,
     ):
         self.target_model = target_model
-        self.window_size = _check_int("window_size (W)", window_size, 1)
-        self.ngram_size = _check_int("ngram_size (N)", ngram_size, 2)
-        self.guess_set_size = _check_int("guess_set_size (G)", guess_set_size, 0)
-        if pool_scope not in POOL_SCOPES:
-            raise ValueError(f"pool_scope must be one of {POOL_SCOPES}, got {pool_scope!r}")
-        self.pool_scope = pool_scope
-        self.seed = _check_int("seed", seed, 0)
+        self.window_size = check_int("window_size (W)", window_size, 1)
+        self.ngram_size = check_int("ngram_size (N)", ngram_size, 2)
+        self.guess_set_size = check_int("guess_set_size (G)", guess_set_size, 0)
+        self.pool_scope = check_pool_scope(pool_scope)
+        self.seed = check_int("seed", seed, 0)
         if not isinstance(pool_from_prompt, bool):
             raise ValueError(f"pool_from_prompt must be true or false, got {pool_from_prompt!r}")
         self.pool_from_prompt = pool_from_prompt

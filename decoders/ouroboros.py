@@ -38,6 +38,7 @@ from typing import Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_int, check_pool_scope
 from decoders.common.forward import forward, new_cache
 from decoders.common.jacobi import JacobiWindow
 from decoders.common.kv_cache import crop, keep_path
@@ -47,13 +48,6 @@ from decoders.common.tree import chain_with_branches, lookahead_layout, prepend_
 from decoders.common.verify import branch_verify, greedy_verify
 from harness.types import DecodeResult, StepRecord
 
-POOL_SCOPES = ("sample", "task")
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def _clock(device: torch.device) -> float:
@@ -192,8 +186,8 @@ class LookaheadDrafter:
             raise ValueError(f"the pool holds {pool.ngram_size}-grams, the window makes {ngram_size}-grams")
         self.model = model
         self.pool = pool
-        self.window_size = _check_int("window_size (W)", window_size, 1)
-        self.ngram_size = _check_int("ngram_size (N)", ngram_size, 2)
+        self.window_size = check_int("window_size (W)", window_size, 1)
+        self.ngram_size = check_int("ngram_size (N)", ngram_size, 2)
         self.seed = seed
         self.vocab_limit = vocab_limit or model.get_output_embeddings().out_features
         self.eos_token_ids = frozenset(eos_token_ids)
@@ -358,15 +352,13 @@ class OuroborosDecoder:
             raise ValueError("the ouroboros decoder needs a draft model: choose a model pair with a draft")
         self.target_model = target_model
         self.draft_model = draft_model
-        self.gamma = _check_int("gamma (draft tokens per step)", gamma, 1)
-        self.window_size = _check_int("window_size (W)", window_size, 1)
-        self.ngram_size = _check_int("ngram_size (N)", ngram_size, 2)
-        self.guess_set_size = _check_int("guess_set_size (G)", guess_set_size, 0)
-        self.topk = _check_int("topk (candidate suffixes)", topk, 0)
-        if pool_scope not in POOL_SCOPES:
-            raise ValueError(f"pool_scope must be one of {POOL_SCOPES}, got {pool_scope!r}")
-        self.pool_scope = pool_scope
-        self.seed = _check_int("seed", seed, 0)
+        self.gamma = check_int("gamma (draft tokens per step)", gamma, 1)
+        self.window_size = check_int("window_size (W)", window_size, 1)
+        self.ngram_size = check_int("ngram_size (N)", ngram_size, 2)
+        self.guess_set_size = check_int("guess_set_size (G)", guess_set_size, 0)
+        self.topk = check_int("topk (candidate suffixes)", topk, 0)
+        self.pool_scope = check_pool_scope(pool_scope)
+        self.seed = check_int("seed", seed, 0)
         if not isinstance(pool_from_prompt, bool):
             raise ValueError(f"pool_from_prompt must be true or false, got {pool_from_prompt!r}")
         self.pool_from_prompt = pool_from_prompt
