@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
 OUT=${OUT:-results/race}
-"$PYTHON" run.py "decoder=[vanilla,speculative,lookahead,prompt_lookup,hf_assisted,ouroboros,ouroboros_warm,ouroboros_prompt]" \
+"$PYTHON" run.py "decoder=[vanilla,speculative,lookahead,prompt_lookup,hf_assisted,ouroboros,ouroboros_warm,ouroboros_prompt,ouroboros_prompt_warm]" \
   task=humaneval task.limit="${LIMIT:-20}" runner.max_new_tokens=256 hydra.run.dir="$OUT" "$@"
 "$PYTHON" -m harness.report "$OUT" --out "$OUT/report" >/dev/null && echo "report: $OUT/report"

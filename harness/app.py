@@ -78,6 +78,8 @@ def main_job(cfg: DictConfig) -> float | None:
     dec_cfgs = decoder_configs(cfg)
     # The task is built before any model: missing data fails fast.
     task = hydra.utils.instantiate(cfg.task)
+    if settings.sample_ids is not None:
+        settings.select(list(task.samples()))  # unknown ids fail here, before any model loads
     need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
     if need_draft and cfg.model.get("draft") is None:
         users = [n for n, c in dec_cfgs.items() if c.get("uses_draft")]

@@ -65,6 +65,10 @@ class RunSettings:
         resume: skip the (sample, decoder) cells of this configuration already done in the folder's
             ``results.jsonl`` and adopt its ``run_id`` (see :mod:`harness.resume`); false = recompute all
             under a new ``run_id``.
+        sample_ids: run only these samples (their ``sample_id``, e.g. ``["HumanEval/1", "HumanEval/8"]``),
+            in the task's order, out of those ``task.limit`` selects; ``None`` = all of them. Meant for
+            re-running divergent samples in the float32 referee mode. Warm pools (``pool_scope=task``) then
+            see only these samples, so warm-start speed is not comparable with a full run.
     """
 
     max_new_tokens: int | None = None
@@ -73,6 +77,7 @@ class RunSettings:
     seed: int = 0
     score: bool = True
     resume: bool = True
+    sample_ids: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,6 +86,30 @@ class RunSettings:
                              f"got {self.max_new_tokens!r}")
         if self.warmup < 0:
             raise ValueError(f"runner.warmup must be >= 0, got {self.warmup}")
+        if self.sample_ids is not None:
+            if isinstance(self.sample_ids, str) or not isinstance(self.sample_ids, (list, tuple)) \
+                    or not self.sample_ids:
+                raise ValueError("runner.sample_ids must be a non-empty list of sample ids, e.g. "
+                                 f"'runner.sample_ids=[HumanEval/1,HumanEval/8]' (or null), got {self.sample_ids!r}")
+            self.sample_ids = [str(i) for i in self.sample_ids]  # Hydra parses `[81]` as int
+
+    def select(self, samples: list[Sample]) -> list[Sample]:
+        """The samples to run: all, or those named in ``sample_ids`` (in the task's order).
+
+        Raises:
+            ValueError: an id in ``sample_ids`` is not among ``samples``; the message lists a few valid ids
+                and says to raise ``task.limit`` when the id lies beyond it.
+        """
+        if self.sample_ids is None:
+            return samples
+        known = {s.sample_id for s in samples}
+        missing = [i for i in self.sample_ids if i not in known]
+        if missing:
+            shown = ", ".join(s.sample_id for s in samples[:5]) + (", ..." if len(samples) > 5 else "")
+            raise ValueError(f"runner.sample_ids {missing} are not among the task's {len(samples)} selected samples "
+                             f"({shown}); check the spelling, or raise task.limit (null = all) if they lie beyond it")
+        wanted = set(self.sample_ids)
+        return [s for s in samples if s.sample_id in wanted]
 
 
 class Runner:
@@ -218,7 +247,7 @@ class Runner:
         is asked with its own earlier answers (identical to vanilla's whenever its outputs were).
         """
         torch.manual_seed(self.settings.seed)
-        samples = list(self.task.samples())
+        samples = self.settings.select(list(self.task.samples()))
         skipped_cells = 0
         for sample in tqdm(samples, desc=f"{self.task.name}", unit="sample"):
             n_turns = self._turns(sample)

@@ -92,3 +92,26 @@ def test_bad_lengths_refused_before_running(tmp_path):
 def test_missing_draft_is_explained(tmp_path):
     with pytest.raises(ValueError, match="need a draft model"):
         _run(tmp_path, "decoder=[vanilla,speculative]", "model.draft=null")
+
+
+def test_sample_ids_run_only_the_named_samples_in_task_order(tmp_path):
+    _run(tmp_path, "decoder=[vanilla,speculative]", "task.limit=5", "runner.sample_ids=[HumanEval/3,HumanEval/1]")
+    rows = _rows(tmp_path)
+    assert [(r["sample_id"], r["decoder"]) for r in rows] == [
+        ("HumanEval/1", "vanilla"), ("HumanEval/1", "speculative"),
+        ("HumanEval/3", "vanilla"), ("HumanEval/3", "speculative")]
+    assert all(r["matches_vanilla"] is True for r in rows)
+
+
+def test_unknown_sample_ids_refused_before_any_model_loads(tmp_path, monkeypatch):
+    import harness.app
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("models were loaded before the sample ids were checked")
+
+    monkeypatch.setattr(harness.app, "load_pair", no_models)
+    with pytest.raises(ValueError, match=r"HumanEval/7.*raise task.limit"):
+        _run(tmp_path, "decoder=[vanilla]", "runner.sample_ids=[HumanEval/7]")  # task.limit=2
+    with pytest.raises(ValueError, match="non-empty list"):
+        _run(tmp_path, "decoder=[vanilla]", "runner.sample_ids=HumanEval/0")
+    assert not (tmp_path / "results.jsonl").exists()
