@@ -3,7 +3,7 @@
 # paired reference), target Qwen2.5-Coder-1.5B-Instruct / draft 0.5B-Instruct in bfloat16, HumanEval,
 # 256 new tokens. Prints one table (summary.md) and writes the paper-style report next to the rows.
 #
-#   bash benchmarks/race.sh                 # the first 20 problems (about 2 h 20 min on a 2-core CPU)
+#   bash benchmarks/race.sh                 # the first 20 problems (57 min on a 2-core AMX CPU; results/reference/race20_cpu)
 #   LIMIT=5 bash benchmarks/race.sh         # a shorter race
 #   OUT=results/race_gpu bash benchmarks/race.sh decoder.ouroboros.gamma=12   # extra overrides pass through
 set -euo pipefail
