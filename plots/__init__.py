@@ -8,6 +8,7 @@ Reads result files only: never imports torch or the decoders. Uses matplotlib's 
 from __future__ import annotations
 
 import json
+import re
 import logging
 import math
 from pathlib import Path
@@ -62,7 +63,8 @@ def _grouped_bars(ax: Any, agg: pd.DataFrame, value: str, low: str | None = None
             err = np.vstack([np.clip(lo, 0, None), np.clip(hi, 0, None)])
         ax.bar(x + (i - (len(labels) - 1) / 2) * width, vals, width, yerr=err, capsize=3, label=lab)
     ax.set_xticks(x)
-    ax.set_xticklabels(groups, rotation=0 if len(groups) < 5 else 30)
+    ax.set_xticklabels(groups, rotation=0 if len(groups) < 4 else 30, ha="center" if len(groups) < 4 else "right",
+                       fontsize=8 if len(groups) < 4 else 7)
     ax.legend(fontsize=8)
 
 
@@ -256,6 +258,28 @@ def time_breakdown(rows: pd.DataFrame) -> Any:
     return fig
 
 
+def _scope_free_names(rows: pd.DataFrame) -> dict[str, str]:
+    """decoder name -> one name per configuration that ignores ``pool_scope`` (for cold/warm pairing)."""
+    def key(row: pd.Series) -> str:
+        try:
+            params = json.loads(row["decoder_params"]) if isinstance(row.get("decoder_params"), str) else {}
+        except ValueError:
+            params = {}
+        params.pop("pool_scope", None)
+        return json.dumps(params, sort_keys=True) if params else str(row["decoder"])
+
+    first = rows.drop_duplicates("decoder")
+    keys = {str(r["decoder"]): key(r) for _, r in first.iterrows()}
+    scopes = dict(zip(first["decoder"].astype(str), first.get("pool_scope", pd.Series(dtype=object))))
+    names: dict[str, str] = {}
+    for k in dict.fromkeys(keys.values()):
+        members = [d for d, kk in keys.items() if kk == k]
+        cold = [d for d in members if scopes.get(d) == "sample"]
+        base = (cold or members)[0]
+        names.update({d: re.sub(r"_warm$", "", base) for d in members})
+    return names
+
+
 def warm_vs_cold(rows: pd.DataFrame) -> Any:
     """Warm start (n-gram pool kept across a task's samples, ``pool_scope=task``) vs cold start
     (``pool_scope=sample``): speedup and accept length per decoder. Needs the ``pool_scope`` column."""
@@ -269,15 +293,22 @@ def warm_vs_cold(rows: pd.DataFrame) -> Any:
     agg = aggregate(rows)
     agg = agg[agg["label"].str.contains(" | ", regex=False)].copy()
     scope = agg["label"].str.split(" | ", regex=False).str[-1]
-    agg["label"] = agg["decoder"] + " " + scope.map({"sample": "cold", "task": "warm"}).fillna(scope)
-    agg = _group_label(agg.sort_values("label", kind="stable"))
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    # cold and warm of one configuration side by side: decoders whose hyper-parameters differ only in pool_scope
+    # share a cluster, named after the cold one (else the name without `_warm`); one decoder name run with both
+    # scopes (experiment=warm_cold) pairs with itself
+    agg["config"] = agg["decoder"].map(_scope_free_names(rows))
+    agg = _group_label(agg)
+    if agg["task"].nunique() > 1:
+        agg["config"] = agg["config"] + "\n" + agg["task"].astype(str)
+    agg["label"] = scope.map({"sample": "cold", "task": "warm"}).fillna(scope)
+    agg = agg.sort_values("label", kind="stable")
+    fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * agg["config"].nunique()), 3.4))
     fig.suptitle("warm: n-gram pool kept across the task's samples (pool_scope=task); cold: cleared per sample",
                  fontsize=8)
-    _grouped_bars(axes[0], agg, "speedup", "speedup_low", "speedup_high")
+    _grouped_bars(axes[0], agg, "speedup", "speedup_low", "speedup_high", group="config")
     axes[0].axhline(1.0, color="gray", lw=0.8, ls="--")
     axes[0].set_ylabel("speedup vs vanilla")
-    _grouped_bars(axes[1], agg, "accept_length")
+    _grouped_bars(axes[1], agg, "accept_length", group="config")
     axes[1].set_ylabel("accept length tau")
     fig.tight_layout()
     return fig

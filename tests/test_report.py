@@ -213,3 +213,23 @@ print('clean')
     assert res.returncode == 0, res.stderr
     assert "clean" in res.stdout
     assert (tmp_path / "f" / "speedup_by_task.pdf").is_file()
+
+
+def test_warm_vs_cold_pairs_configs_that_differ_only_in_pool_scope():
+    import json
+
+    from plots import _scope_free_names
+
+    def params(scope, w=8):
+        return json.dumps({"window_size": w, "ngram_size": 3, "pool_scope": scope}, sort_keys=True)
+
+    rows = pd.DataFrame({
+        "decoder": ["vanilla", "lookahead", "lookahead_w8n3g8_warm", "la_w4", "la_w4_warm", "ouroboros"],
+        "decoder_params": ["{}", params("sample"), params("task"), params("sample", 4), params("task", 4),
+                           params("sample", 2)],
+        "pool_scope": [None, "sample", "task", "sample", "task", "sample"],
+    })
+    names = _scope_free_names(rows)
+    assert names["lookahead"] == names["lookahead_w8n3g8_warm"] == "lookahead"  # named after the cold one
+    assert names["la_w4"] == names["la_w4_warm"] == "la_w4"
+    assert names["ouroboros"] == "ouroboros" and names["vanilla"] == "vanilla"
