@@ -17,7 +17,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from harness.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, StepRecord
 
 
 class _ForwardCounter:

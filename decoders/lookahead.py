@@ -36,7 +36,7 @@ from decoders.common.ngram_pool import NGramPool
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.tree import lookahead_layout, tree_attention
 from decoders.common.verify import branch_verify
-from harness.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, StepRecord
 
 
 
@@ -46,7 +46,7 @@ class LookaheadDecoder:
     Cache invariant between steps: the KV cache holds every committed token except the last one (the
     input token of the next step).
 
-    Per-step statistics (:class:`~harness.types.StepRecord`): ``target_tokens_fed`` is the whole layout
+    Per-step statistics (:class:`~decoders.types.StepRecord`): ``target_tokens_fed`` is the whole layout
     (input token + window + verification n-grams); ``drafted`` is the length of the compared candidate,
     i.e. the n-gram length verified this step (``N - 1``, less near ``max_new_tokens``; 0 when the pool had
     no n-gram for the input token), so ``accepted / drafted`` reads like a linear draft's acceptance rate;

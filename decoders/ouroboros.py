@@ -46,7 +46,7 @@ from decoders.common.ngram_pool import NGramPool
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.tree import chain_with_branches, lookahead_layout, prepend_chain, tree_attention
 from decoders.common.verify import branch_verify, greedy_verify
-from harness.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, StepRecord
 
 
 
@@ -302,7 +302,7 @@ class OuroborosDecoder:
     The draft's state is a :class:`LookaheadDrafter` (cache, Jacobi window) that lives for one sample; the
     phrase pool is shared by drafter and decoder and lives for a sample or a task (``pool_scope``).
 
-    Per-step statistics (:class:`~harness.types.StepRecord`): ``drafted`` = draft tokens proposed (suffix
+    Per-step statistics (:class:`~decoders.types.StepRecord`): ``drafted`` = draft tokens proposed (suffix
     tokens not included), ``accepted`` = draft tokens accepted, ``draft_forwards`` / ``draft_tokens_fed`` =
     the drafter's forwards and tokens this step (the first step includes the draft's prompt prefill),
     ``target_tokens_fed`` = pending + draft + every suffix token, and

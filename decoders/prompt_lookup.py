@@ -21,7 +21,7 @@ from decoders.common.kv_cache import crop
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.verify import greedy_verify
-from harness.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, StepRecord
 
 
 class PromptLookupDecoder:
@@ -70,7 +70,7 @@ class PromptLookupDecoder:
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
 
-        Each step's :class:`~harness.types.StepRecord` has ``drafted`` = draft tokens verified,
+        Each step's :class:`~decoders.types.StepRecord` has ``drafted`` = draft tokens verified,
         ``accepted`` = those accepted, ``source = {"prompt_lookup": accepted, "bonus": 1}``.
         """
         check_max_new_tokens(max_new_tokens)

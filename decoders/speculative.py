@@ -18,7 +18,7 @@ from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import crop
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.verify import greedy_verify
-from harness.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, StepRecord
 
 
 def check_gamma(gamma: int) -> int:

@@ -9,7 +9,7 @@ from transformers import PreTrainedModel
 
 from decoders.common.forward import forward, new_cache
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from harness.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, StepRecord
 
 
 class VanillaDecoder:

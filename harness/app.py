@@ -12,6 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from decoders.common.stopping import collect_eos_token_ids
 from harness.metrics import to_markdown
 from harness.models import load_pair
 from harness.results import environment
@@ -87,8 +88,6 @@ def main_job(cfg: DictConfig) -> float | None:
                           "choose a pair with a draft (e.g. model=qwen2.5-coder-1.5b) or drop those decoders")
     pair = load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=cfg.get("device", "auto"),
                      need_draft=need_draft)
-    from decoders.common.stopping import collect_eos_token_ids
-
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():

@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from harness.metrics import summarize, to_markdown
 from harness.results import ResultWriter, read_results
 from harness import resume as resume_lib  # resume support (runner.resume)
-from harness.types import DecodeResult, Sample
+from decoders.types import DecodeResult
+from tasks.types import Sample
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class Runner:
     """Runs every (sample, decoder) cell of one task and writes rows, then the summary.
 
     Args:
-        task: a :class:`harness.types.Task`.
+        task: a :class:`tasks.types.Task`.
         pair: the loaded :class:`harness.models.ModelPair`.
         decoders: name -> decoder, in the order to run; ``vanilla`` must be among them (it runs first).
         decoder_params: name -> hyper-parameters to record with each row.

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterator
 
-from harness.types import Sample
+from tasks.types import Sample
 from tasks.base import apply_chat, check_prompt_style, cut_at_stop, use_chat
 from tasks.data import DataSource, load_records
 

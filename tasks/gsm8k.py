@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.types import Sample
+from tasks.types import Sample
 from tasks.base import apply_chat, check_prompt_style, cut_at_stop, use_chat
 from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl
 

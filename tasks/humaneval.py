@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.types import Sample
+from tasks.types import Sample
 from tasks.base import DataNotFoundError, apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
 
 STOP_SEQUENCES = ("\ndef", "\nclass", "\nif", "\n#", "\nprint")

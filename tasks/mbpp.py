@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterator
 
-from harness.types import Sample
+from tasks.types import Sample
 from tasks.base import apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
 from tasks.data import DataSource, load_records
 from tasks.execution import run_program

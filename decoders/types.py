@@ -1,14 +1,14 @@
-"""Value types and protocols shared by the harness, the decoders and the tasks.
+"""What a decoder returns: :class:`StepRecord` (one target forward), :class:`DecodeResult` (one prompt),
+and the :class:`Decoder` protocol.
 
-What lives here: :class:`StepRecord` (one target verification step), :class:`DecodeResult` (what every
-decoder returns), :class:`Sample` (one benchmark item) and the :class:`Decoder` / :class:`Task`
-protocols. What does not: timing, text, file I/O -- decoders never see those (DESIGN.md 2b).
+It sits at the bottom of the project: it imports nothing of the project, and decoders, the runner and the
+report build on it. Timing, text and file I/O do not live here -- decoders never see those (DESIGN.md 2b).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -125,39 +125,3 @@ class Decoder(Protocol):
     name: str
 
     def generate(self, input_ids: Any, max_new_tokens: int) -> DecodeResult: ...
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One benchmark item.
-
-    Attributes:
-        sample_id: stable id within the task (e.g. ``HumanEval/0``).
-        prompt: the prompt text (plain-text tasks) -- rendered by :meth:`Task.render`.
-        reference: whatever scoring needs (tests, gold answer, reference summary).
-        metadata: free-form extras (entry point, category, ...).
-        messages: chat turns for chat-style tasks, when the task supplies them.
-    """
-
-    sample_id: str
-    prompt: str
-    reference: Any = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    messages: Sequence[dict[str, str]] | None = None
-
-
-class Task(Protocol):
-    """A benchmark: samples, prompt rendering, stop sequences and scoring (after lm-eval's Task)."""
-
-    name: str
-    version: str
-    stop_sequences: Sequence[str]
-    max_new_tokens: int
-
-    def samples(self, limit: int | None = None) -> Iterator[Sample]: ...
-
-    def render(self, sample: Sample, tokenizer: Any) -> str: ...
-
-    def postprocess(self, sample: Sample, completion: str) -> str: ...
-
-    def score(self, sample: Sample, completion: str) -> dict[str, float]: ...
