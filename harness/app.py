@@ -17,6 +17,7 @@ from harness.metrics import to_markdown
 from harness.models import load_pair
 from harness.results import environment
 from harness.runner import NON_PARAM_KEYS, RunSettings, Runner
+from tasks.base import task_stop_token_ids
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -89,6 +90,7 @@ def main_job(cfg: DictConfig) -> float | None:
     pair = load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=cfg.get("device", "auto"),
                      need_draft=need_draft)
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
+    eos |= task_stop_token_ids(task, pair.tokenizer, cfg.model.get("chat_template"))  # e.g. chat turn markers
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():
         factory = hydra.utils.instantiate(dcfg)

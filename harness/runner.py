@@ -23,6 +23,7 @@ from harness.metrics import summarize, to_markdown
 from harness.results import ResultWriter, read_results
 from harness import resume as resume_lib  # resume support (runner.resume)
 from decoders.types import DecodeResult
+from tasks.base import encode_prompt, task_uses_chat
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
@@ -199,8 +200,11 @@ class Runner:
         return self.task.render(sample, self.pair.tokenizer, self.chat)
 
     def _encode(self, text: str) -> torch.Tensor:
-        ids = self.pair.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
-        return ids.to(self.pair.device)
+        """(1, prompt_len) int64 ids of a rendered prompt: the tokenizer's special-token convention for
+        completion prompts, none added to chat-template text (:func:`tasks.base.encode_prompt`)."""
+        tokenizer = self.pair.tokenizer
+        ids = encode_prompt(tokenizer, text, chat=task_uses_chat(self.task, tokenizer, self.chat))
+        return torch.tensor([ids], dtype=torch.long, device=self.pair.device)
 
     def _warmup(self, input_ids: torch.Tensor) -> None:
         if self.settings.warmup <= 0:

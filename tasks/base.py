@@ -1,11 +1,20 @@
-"""Helpers shared by tasks: chat/plain rendering, stop-sequence truncation, code-block extraction."""
+"""Helpers shared by tasks: chat/plain rendering, how a prompt becomes token ids, the chat template's turn
+markers as stop ids, selecting a reproducible slice of problems (``offset``/``limit``), stop-sequence
+truncation and code-block extraction.
+
+What does not live here: data loading (:mod:`tasks.data`), code execution (:mod:`tasks.execution`), scoring.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
+
+log = logging.getLogger(__name__)
 
 PROMPT_STYLES = ("auto", "chat", "completion")
+T = TypeVar("T")
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -16,6 +25,44 @@ def check_prompt_style(style: str) -> str:
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {style!r}")
     return style
+
+
+def check_limit(limit: int | None) -> int | None:
+    """``task.limit``: ``None`` (all) or an integer >= 1.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"task.limit must be an integer >= 1 or null (= all), got {limit!r}")
+    return limit
+
+
+def check_offset(offset: int) -> int:
+    """``task.offset``: how many problems to skip first, an integer >= 0.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"task.offset must be an integer >= 0 (problems skipped before task.limit applies), "
+                         f"got {offset!r}")
+    return offset
+
+
+def select_slice(items: Sequence[T], offset: int, limit: int | None, what: str = "problems") -> list[T]:
+    """``items[offset : offset + limit]`` (``limit=None``: to the end), the reproducible dev / held-out split.
+
+    Example: HumanEval's dev split is ``offset=0, limit=20`` (problems 0-19) and the held-out race
+    ``offset=20, limit=40`` (problems 20-59); sample ids stay the task's own (``HumanEval/20`` ...).
+
+    Raises:
+        ValueError: ``offset`` at or beyond the number of items (nothing would run).
+    """
+    if offset and offset >= len(items):
+        raise ValueError(f"task.offset={offset} skips all {len(items)} {what}; use an offset below {len(items)}")
+    end = None if limit is None else offset + limit
+    return list(items[offset:end])
 
 
 def use_chat(style: str, tokenizer: Any, model_has_chat: bool | None = None) -> bool:
@@ -35,6 +82,129 @@ def apply_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
 
 
+# ----------------------------------------------------------------------------------------- encoding
+def encode_prompt(tokenizer: Any, text: str, chat: bool) -> list[int]:
+    """The token ids of a rendered prompt, following the tokenizer's own convention.
+
+    * Completion-style text: encoded with the tokenizer's default special tokens, so a tokenizer that adds
+      BOS (Llama, Gemma, Mistral) gets its BOS, and one that adds none (Qwen) gets none. Special tokens the
+      tokenizer would append at the end (an EOS, e.g. ``add_eos_token=True``) are dropped: a prompt must not
+      end the sequence.
+    * Chat-template text: encoded without adding special tokens, as transformers'
+      ``apply_chat_template(tokenize=True)`` does: the template writes every special token it needs, so a
+      template that writes BOS itself gets exactly one BOS.
+    * Either way a leading doubled BOS (text that already starts with the BOS string, encoded by a
+      tokenizer that adds one) is reduced to one.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        text: the prompt text from ``Task.render`` / ``render_turn``.
+        chat: whether ``text`` was rendered through the chat template.
+
+    Returns:
+        The ids as a list of ints (the runner makes the ``(1, prompt_len)`` int64 tensor).
+    """
+    plain = list(tokenizer(text, add_special_tokens=False).input_ids)
+    ids = plain
+    if not chat:
+        full = list(tokenizer(text, add_special_tokens=True).input_ids)
+        if full != plain:
+            n = len(plain)
+            start = next((k for k in range(len(full) - n + 1) if full[k:k + n] == plain), None)
+            if start is None:  # the tokenizer merged differently with its special tokens: keep its output
+                ids = full
+                eos = getattr(tokenizer, "eos_token_id", None)
+                if eos is not None and len(ids) > len(plain) and ids[-1] == eos and (not plain or plain[-1] != eos):
+                    ids = ids[:-1]
+            else:
+                ids = full[:start] + plain
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and len(ids) >= 2 and ids[0] == bos and ids[1] == bos:
+        ids = ids[1:]
+    return ids
+
+
+def task_uses_chat(task: Any, tokenizer: Any, chat: bool | None) -> bool:
+    """Whether ``task`` renders its prompts through the chat template for this tokenizer and model flag."""
+    return use_chat(getattr(task, "prompt_style", "auto"), tokenizer, chat)
+
+
+# ------------------------------------------------------------------------------------- turn markers
+_SENTINELS = ("SPECDECUSERTURNONE", "SPECDECASSISTANTTURNONE", "SPECDECUSERTURNTWO")
+
+
+def _special_token_strings(tokenizer: Any) -> set[str]:
+    strings = {str(t) for t in getattr(tokenizer, "all_special_tokens", []) or []}
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            strings.add(str(getattr(token, "content", token)))
+    return {s for s in strings if s}
+
+
+def chat_turn_markers(tokenizer: Any) -> tuple[str, ...]:
+    """The special tokens the chat template writes between turns: end-of-turn and start-of-turn markers.
+
+    Derived from the template itself, not from a list of known names: the conversation
+    ``user, assistant, user`` is rendered with sentinel contents, and every special token of the tokenizer
+    found in the text *between* the turns (and in the assistant opener after the last one) is a marker.
+    ChatML gives ``<|im_end|>`` and ``<|im_start|>``; Llama 3 ``<|eot_id|>``, ``<|start_header_id|>`` and
+    ``<|end_header_id|>``; Gemma ``<end_of_turn>`` and ``<start_of_turn>``. The text before the first turn
+    (a BOS, a default system prompt) is not searched.
+
+    Returns:
+        The marker strings, sorted; empty when the tokenizer has no chat template or it cannot render the
+        probe conversation (logged).
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        return ()
+    u1, a1, u2 = _SENTINELS
+    messages = [{"role": "user", "content": u1}, {"role": "assistant", "content": a1},
+                {"role": "user", "content": u2}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        gaps = [text[text.index(u1) + len(u1):text.index(a1)], text[text.index(a1) + len(a1):text.index(u2)],
+                text[text.index(u2) + len(u2):]]
+    except Exception as e:  # templates may refuse a conversation shape; fall back to one turn
+        try:
+            text = tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+            gaps = [text[text.index(u1) + len(u1):]]
+        except Exception as e2:
+            log.warning("the chat template cannot render a probe conversation (%s; %s): no turn markers are "
+                        "added as stop ids", e, e2)
+            return ()
+    specials = _special_token_strings(tokenizer)
+    return tuple(sorted(s for s in specials if any(s in gap for gap in gaps)))
+
+
+def chat_stop_token_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of :func:`chat_turn_markers`: generation ends there, so an answer never runs into a fake
+    next turn (the marker itself is skipped when the answer is decoded)."""
+    ids = set()
+    for marker in chat_turn_markers(tokenizer):
+        i = tokenizer.convert_tokens_to_ids(marker)
+        if isinstance(i, int) and i >= 0 and i != getattr(tokenizer, "unk_token_id", None):
+            ids.add(i)
+    return frozenset(ids)
+
+
+class ChatStops:
+    """Mixin for tasks with a ``prompt_style``: chat-rendered prompts stop at the template's turn markers."""
+
+    prompt_style: str = "auto"
+
+    def stop_token_ids(self, tokenizer: Any, chat: bool | None = None) -> frozenset[int]:
+        """Extra ids that end generation for this task: :func:`chat_stop_token_ids` when prompts go through
+        the chat template (``chat`` = the model config's ``chat_template`` flag), else none."""
+        return chat_stop_token_ids(tokenizer) if use_chat(self.prompt_style, tokenizer, chat) else frozenset()
+
+
+def task_stop_token_ids(task: Any, tokenizer: Any, chat: bool | None) -> frozenset[int]:
+    """The stop ids ``task`` declares (``task.stop_token_ids``), or none; the app adds them to the EOS ids."""
+    fn = getattr(task, "stop_token_ids", None)
+    return frozenset(fn(tokenizer, chat)) if fn is not None else frozenset()
+
+
+# ------------------------------------------------------------------------------------------- text
 def cut_at_stop(text: str, stop_sequences: Sequence[str]) -> str:
     """``text`` up to (not including) the earliest of ``stop_sequences``."""
     cut = len(text)

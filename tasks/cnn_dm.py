@@ -1,4 +1,4 @@
-"""CNN/DailyMail 3.0.0 (Hermann et al. 2015; See et al. 2017): zero-shot news summarization, ROUGE-1/2/L.
+"""CNN/DailyMail 3.0.0 (Hermann et al. 2015; See et al. 2017): zero-shot news summarization, ROUGE-1/2/L/Lsum.
 
 Data: the test split from ``abisee/cnn_dailymail`` (config ``3.0.0``, 11,490 articles) or a local JSONL with
 ``article`` and ``highlights`` (``task.data_path``, or ``<data_dir>/cnn_dailymail/test_first1000.jsonl``:
@@ -12,9 +12,24 @@ Prompt (zero-shot, the H2O / HELM wording the local file was taken from):
 Both templates are settings (``completion_prompt``, ``chat_prompt``; ``{article}`` is replaced). Bump
 ``version`` when changing the defaults.
 
-Quality: ROUGE-1, ROUGE-2 and ROUGE-L F-measures (``rouge-score``, Porter stemming, offline) of the
-summary against ``highlights``. For speculative decoding the metric of interest is speed; the outputs of
-lossless decoders equal vanilla's.
+Quality: F-measures (``rouge-score``, Porter stemming, offline) of the summary against ``highlights``,
+named as ``rouge-score`` names them:
+
+* ``rouge1``, ``rouge2``: unigram / bigram overlap.
+* ``rougeL``: *sentence-level* ROUGE-L, the longest common subsequence of the two texts taken as one token
+  sequence each (sentence breaks ignored).
+* ``rougeLsum``: *summary-level* ROUGE-L (Lin 2004, section 3.2: the union LCS of every reference sentence
+  against all summary sentences), the figure summarization papers report as "ROUGE-L". Sentences are
+  separated by newlines, as ``rouge-score`` expects; both texts are first split into sentences by
+  :func:`split_sentences` -- the highlights are already one per line, and a generated summary is split at
+  newlines and at sentence-ending punctuation. This splitter is deterministic and needs no downloaded
+  data (``nltk``'s punkt model, which papers often use, needs a download this harness does not make), so
+  ``rougeLsum`` can differ slightly from a punkt-split figure.
+
+For speculative decoding the metric of interest is speed; the outputs of lossless decoders equal vanilla's.
+
+Selection: ``offset`` skips the first articles and ``limit`` keeps the next ones; sample ids
+(``cnn_dm/<test index>``) do not change with the selection.
 """
 
 from __future__ import annotations
@@ -23,8 +38,11 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import apply_chat, check_prompt_style, cut_at_stop, use_chat
-from tasks.data import DataSource, load_records
+import re
+
+from tasks.base import (ChatStops, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
+                        select_slice, use_chat)
+from tasks.data import DataSource, load_records, require_fields
 
 SOURCE = DataSource(task="CNN/DailyMail", relpath="cnn_dailymail/test_first1000.jsonl",
                     hub_id="abisee/cnn_dailymail", hub_config="3.0.0", hub_split="test")
@@ -32,36 +50,69 @@ STOP_SEQUENCES = ("###",)
 INSTRUCTION = "Summarize the above article in 3 sentences."
 COMPLETION_PROMPT = "###\nArticle: {article}\n\n" + INSTRUCTION + "\n"
 CHAT_PROMPT = "Article: {article}\n\n" + INSTRUCTION
-ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+#: Words after which a full stop does not end a sentence (titles, initials of common abbreviations).
+ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st mt gen gov sen rep lt col capt sgt cpl rev hon pres vs etc inc ltd co corp "
+    "no nos fig jan feb mar apr jun jul aug sep sept oct nov dec a.m p.m u.s u.k u.n e.g i.e".split())
+_SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` into sentences: at every newline, and after ``.``/``!``/``?`` (plus closing quotes or
+    brackets) followed by whitespace and a capital letter or digit -- except after a single-letter initial
+    or a word in :data:`ABBREVIATIONS`. Deterministic, no downloaded model; blank pieces are dropped.
+
+    Example:
+        >>> split_sentences('Mr. Smith left at 5 p.m. Friday. He said "go." Then: silence!\\nNew line')
+        ['Mr. Smith left at 5 p.m. Friday.', 'He said "go."', 'Then: silence!', 'New line']
+    """
+    sentences: list[str] = []
+    for line in text.split("\n"):
+        start = 0
+        for m in _SENTENCE_END.finditer(line):
+            words = line[start:m.start()].split()
+            last = words[-1].rstrip(".!?\"')]").lower() if words else ""
+            if line[m.start() - 1] == "." and (last in ABBREVIATIONS or (len(last) == 1 and last.isalpha())):
+                continue
+            sentences.append(line[start:m.end(1)].strip())
+            start = m.end()
+        sentences.append(line[start:].strip())
+    return [s for s in sentences if s]
 
 
 def rouge(prediction: str, reference: str, scorer: Any = None) -> dict[str, float]:
-    """ROUGE-1/2/L F-measures of ``prediction`` against ``reference`` (``rouge-score``, stemmed).
+    """ROUGE-1/2/L/Lsum F-measures of ``prediction`` against ``reference`` (``rouge-score``, stemmed).
+
+    ``rougeL`` is sentence-level (one LCS over the whole texts); ``rougeLsum`` is summary-level, over the
+    sentences of :func:`split_sentences` joined by newlines (``rouge-score``'s convention).
 
     Args:
         prediction: the generated summary.
         reference: the reference summary (highlights, one sentence per line).
-        scorer: a ``rouge_scorer.RougeScorer`` to reuse; ``None`` builds one.
+        scorer: a ``rouge_scorer.RougeScorer`` over :data:`ROUGE_TYPES` to reuse; ``None`` builds one.
 
     Returns:
-        ``{"rouge1": f, "rouge2": f, "rougeL": f}``, each in [0, 1].
+        ``{"rouge1": f, "rouge2": f, "rougeL": f, "rougeLsum": f}``, each in [0, 1].
     """
     if scorer is None:
         from rouge_score import rouge_scorer
 
         scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
-    scores = scorer.score(reference, prediction)
+    scores = scorer.score("\n".join(split_sentences(reference)), "\n".join(split_sentences(prediction)))
     return {k: float(scores[k].fmeasure) for k in ROUGE_TYPES}
 
 
-class CNNDailyMail:
+class CNNDailyMail(ChatStops):
     """The CNN/DailyMail summarization task (test split, zero-shot).
 
     Args:
         data_path: a local JSONL (``article``, ``highlights``) or a folder holding ``test_first1000.jsonl``;
             ``None`` uses ``data_dir`` or the hub.
         data_dir: the shared data folder (``<data_dir>/cnn_dailymail/test_first1000.jsonl``).
-        limit: keep the first ``limit`` articles (``None`` = all available: 1000 local, 11,490 on the hub).
+        limit: keep ``limit`` articles after ``offset`` (``None`` = all available: 1000 local, 11,490 on the hub).
+        offset: skip the first ``offset`` articles (>= 0).
         max_new_tokens: default generation budget for this task.
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
         completion_prompt: the base-model prompt, with ``{article}``.
@@ -74,7 +125,7 @@ class CNNDailyMail:
     """
 
     name = "cnn_dm"
-    version = "1.0"
+    version = "1.1"  # 1.1: adds rougeLsum (summary-level ROUGE-L)
     stop_sequences = STOP_SEQUENCES
     quality_columns = ROUGE_TYPES
 
@@ -83,6 +134,7 @@ class CNNDailyMail:
         data_path: str | None = None,
         data_dir: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
         max_new_tokens: int = 128,
         prompt_style: str = "auto",
         completion_prompt: str = COMPLETION_PROMPT,
@@ -90,24 +142,24 @@ class CNNDailyMail:
         hub_id: str = SOURCE.hub_id,
         **_: Any,
     ):
-        if limit is not None and limit < 1:
-            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
+        self.limit = check_limit(limit)
+        self.offset = check_offset(offset)
         for key, template in (("completion_prompt", completion_prompt), ("chat_prompt", chat_prompt)):
             if "{article}" not in template:
                 raise ValueError(f"task.{key} must contain '{{article}}', got {template!r}")
-        self.limit = limit
         self.max_new_tokens = max_new_tokens
         self.prompt_style = check_prompt_style(prompt_style)
         self.completion_prompt = completion_prompt
         self.chat_prompt = chat_prompt
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
-        self._articles = rows
+        require_fields(rows, ("article", "highlights"), self.origin)
+        self._articles = select_slice(list(enumerate(rows)), self.offset, None, "articles")
         self._chat: bool | None = None
         self._scorer: Any = None
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
         limit = limit if limit is not None else self.limit
-        for i, row in enumerate(self._articles[:limit]):
+        for i, row in self._articles[:limit]:
             index = int(row.get("test_index", i))
             metadata = {"test_index": index, **({"id": row["id"]} if row.get("id") else {})}
             yield Sample(sample_id=f"cnn_dm/{index}", prompt=row["article"], reference=row["highlights"],
@@ -126,7 +178,7 @@ class CNNDailyMail:
         return cut_at_stop(completion, self.stop_sequences).strip()
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
-        """ROUGE-1/2/L F-measures of the summary against the highlights."""
+        """ROUGE-1/2/L/Lsum F-measures of the summary against the highlights (see :func:`rouge`)."""
         if self._scorer is None:
             from rouge_score import rouge_scorer
 

@@ -13,7 +13,8 @@ Rules, the same for every task:
   ``datasets``' retries.
 
 Every failure raises :class:`DataNotFoundError` naming both fixes (a local copy via ``task.data_path`` /
-``data_dir``, or network access to the public source). What does not live here: prompts, scoring.
+``data_dir``, or network access to the public source). A corrupt file raises :class:`DataFormatError` naming
+the file and the line. What does not live here: prompts, scoring.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,8 @@ from tasks.base import DataNotFoundError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataNotFoundError", "DataSource", "load_records", "read_jsonl", "resolve_local"]
+__all__ = ["DataFormatError", "DataNotFoundError", "DataSource", "load_records", "read_jsonl", "require_fields",
+           "resolve_local"]
 
 #: Seconds allowed for the reachability probe of the public source's host.
 PROBE_TIMEOUT_S = 3.0
@@ -81,12 +84,57 @@ class DataSource:
         )
 
 
+class DataFormatError(ValueError):
+    """A data file is not valid JSONL, or a record lacks a field the task needs; the message names the file
+    and the line."""
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a ``.jsonl`` or ``.jsonl.gz`` file (blank lines skipped)."""
+    """Records of a ``.jsonl`` or ``.jsonl.gz`` file (blank lines skipped).
+
+    Raises:
+        DataFormatError: a line is not a JSON object, or the file is not valid UTF-8 / gzip; the message
+            names the file and the line number and says what to do.
+    """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    records: list[dict[str, Any]] = []
+    lineno = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataFormatError(
+                        f"{path}, line {lineno}: not valid JSON ({e.msg}, column {e.colno}): {line.strip()[:80]!r}. "
+                        "The file is corrupt or truncated: restore it from its source (see the data folder's "
+                        "PROVENANCE.md) or point task.data_path at a good copy.") from e
+                if not isinstance(record, dict):
+                    raise DataFormatError(f"{path}, line {lineno}: expected a JSON object per line, got "
+                                          f"{type(record).__name__}; is this a JSONL file?")
+                records.append(record)
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise DataFormatError(f"{path}, after line {lineno}: cannot be read ({type(e).__name__}: {e}). The file "
+                              "is corrupt or truncated: restore it from its source or point task.data_path at a "
+                              "good copy.") from e
+    return records
+
+
+def require_fields(records: list[dict[str, Any]], fields: tuple[str, ...], origin: str) -> None:
+    """Check that every record has ``fields``.
+
+    Raises:
+        DataFormatError: naming ``origin``, the record number (1-based; the line number when the file has no
+            blank lines) and the missing fields.
+    """
+    for i, r in enumerate(records, 1):
+        missing = [k for k in fields if k not in r]
+        if missing:
+            raise DataFormatError(f"{origin}, record {i}: missing field(s) {missing} (has {sorted(r)}); this "
+                                  f"task needs {list(fields)} in every record. Is task.data_path the right file?")
 
 
 def _expand(path: str | os.PathLike[str]) -> Path:

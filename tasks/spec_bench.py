@@ -35,7 +35,7 @@ def subtask_of(category: str) -> str:
 class SpecBench(MTBench):
     """The Spec-Bench task: 480 questions (80 of them two-turn), chat template, timing only.
 
-    Takes the arguments of :class:`tasks.mt_bench.MTBench` (``limit`` keeps the first questions in file
+    Takes the arguments of :class:`tasks.mt_bench.MTBench` (``offset`` / ``limit`` select questions in file
     order, i.e. the MT-Bench ones first; ``categories`` takes categories or subtask names), with
     ``max_new_tokens`` 1024 per turn.
     """

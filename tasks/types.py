@@ -28,12 +28,26 @@ class Sample:
 
 
 class Task(Protocol):
-    """A benchmark: samples, prompt rendering, stop sequences and scoring (after lm-eval's Task)."""
+    """A benchmark: samples, prompt rendering, stop sequences and scoring (after lm-eval's Task).
+
+    Attributes:
+        name, version: the task's name and version (bump ``version`` when prompts or scoring change).
+        stop_sequences: text stop sequences applied to completions for scoring.
+        max_new_tokens: the task's default generation budget.
+        quality_columns: the keys :meth:`score` returns, i.e. the quality columns of result rows that the
+            summary aggregates (``("pass@1",)``, ``("accuracy",)``, ``("rouge1", "rouge2", "rougeL",
+            "rougeLsum")``; ``()`` for tasks without an automatic score).
+
+    Optional members the runner and app use when present: ``stop_token_ids(tokenizer, chat) ->
+    frozenset[int]`` (extra ids that end generation, e.g. the chat template's turn markers; added to the
+    EOS ids), and the multi-turn hook ``turns(sample)`` / ``render_turn(...)`` (:mod:`tasks.mt_bench`).
+    """
 
     name: str
     version: str
     stop_sequences: Sequence[str]
     max_new_tokens: int
+    quality_columns: Sequence[str]
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]: ...
 

