@@ -28,9 +28,11 @@ identity merge into one group.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -304,8 +306,7 @@ def bootstrap_weights(clusters: Sequence[Any], n_boot: int = 2000, seed: int = 0
         if len(idx) == 1:
             w[:, idx[0]] = counts[:, c]
         else:
-            w[:, idx] = np.stack([rng.multinomial(k * len(idx), np.full(len(idx), 1.0 / len(idx)))
-                                  for k in counts[:, c]])
+            w[:, idx] = rng.multinomial(counts[:, c] * len(idx), np.full(len(idx), 1.0 / len(idx)))
     return w
 
 
@@ -747,8 +748,7 @@ def _weights_from_counts(g: pd.DataFrame, samples: list[str], counts: np.ndarray
     w = np.zeros((counts.shape[0], len(g)))
     for j, s in enumerate(samples):
         idx = np.flatnonzero(sid == s)
-        w[:, idx] = np.stack([rng.multinomial(k * len(idx), np.full(len(idx), 1.0 / len(idx)))
-                              for k in counts[:, j]])
+        w[:, idx] = rng.multinomial(counts[:, j] * len(idx), np.full(len(idx), 1.0 / len(idx)))
     return w
 
 
@@ -818,7 +818,6 @@ def scope_free_names(rows: pd.DataFrame) -> dict[str, str]:
     """decoder name -> one name per configuration that ignores ``pool_scope`` (to pair cold and warm runs of
     one configuration): decoders whose hyper-parameters differ only in ``pool_scope`` share a name, that of
     the cold one (else the name without ``_warm``)."""
-    import re
 
     def key(row: Mapping[str, Any]) -> str:
         params = _params(row.get("decoder_params"))
@@ -873,8 +872,6 @@ def counters(g: pd.DataFrame) -> dict[str, Any]:
     Returns:
         ``{"totals": {col: int}, "digest": str, "inconsistent_samples": [sample ids]}``.
     """
-    import hashlib
-
     g = _ok(g)
     cols = [c for c in COUNTER_COLUMNS if c in g]
     key = g["sample_id"].astype(str) + "#" + (g["turn"].astype(str) if "turn" in g else "0")

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
 
 from harness import metrics
 from harness.report import find_result_files, load_rows
