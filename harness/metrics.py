@@ -220,6 +220,9 @@ def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
     for c, default in (("status", "ok"), ("decoder_params", "{}"), ("turn", 0), ("repeat", 0), ("run_id", "run")):
         if c not in rows:
             rows[c] = default
+    for c in ("tokens_per_s", "wall_time_s", "new_tokens", "num_steps"):  # rows that never ran (no ok row)
+        if c not in rows:
+            rows[c] = math.nan
     rows["turn"] = rows["turn"].fillna(0)
     rows["repeat"] = rows["repeat"].fillna(0)
     rows["model_pair"] = model_pair(rows)

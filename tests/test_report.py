@@ -173,6 +173,17 @@ def test_report_shows_the_quality_columns_summary_csv_shows(task, columns, tmp_p
     assert "accuracy" not in md if task == "cnn_dm" else "rouge1" not in md
 
 
+def test_summary_of_rows_that_never_ran():
+    # every cell skipped (prompt_too_long): no timing columns at all; the summary still lists each decoder
+    rows = pd.DataFrame([{"run_id": "r", "task": "t", "sample_id": f"t/{i}", "decoder": d, "decoder_params": "{}",
+                          "status": "prompt_too_long", "reason": "too long"} for i in range(2) for d in
+                         ("vanilla", "speculative")])
+    summary = metrics.summarize(rows).set_index("label")
+    assert list(summary.index) == ["vanilla", "speculative"]
+    assert (summary["samples"] == 0).all() and (summary["failed"] == 2).all()
+    assert "| vanilla | 0 |" in metrics.to_markdown(summary.reset_index())
+
+
 def test_quality_columns_declared_or_found():
     rows = pd.DataFrame({"decoder": ["vanilla"], "accuracy": [1.0], "my_score": [0.5]})
     assert metrics.quality_columns(rows) == ["accuracy"]                     # known score names
