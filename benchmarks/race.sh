@@ -12,4 +12,4 @@ PYTHON=${PYTHON:-python}
 OUT=${OUT:-results/race}
 "$PYTHON" run.py "decoder=[vanilla,speculative,lookahead,prompt_lookup,hf_assisted,ouroboros,ouroboros_warm,ouroboros_prompt,ouroboros_prompt_warm]" \
   task=humaneval task.limit="${LIMIT:-20}" runner.max_new_tokens=256 hydra.run.dir="$OUT" "$@"
-"$PYTHON" -m harness.report "$OUT" --out "$OUT/report" >/dev/null && echo "report: $OUT/report"
+"$PYTHON" -m harness.report "$OUT" --out "$OUT/report" --plots >/dev/null && echo "report and figures: $OUT/report"

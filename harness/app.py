@@ -36,6 +36,40 @@ def available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def describe(group: str) -> list[tuple[str, str]]:
+    """``(name, description)`` of every config in ``conf/<group>/``: the description is the first comment line
+    of its YAML that is not a ``# @package`` directive (empty when there is none), with `` ...`` when its
+    sentence goes on."""
+    out = []
+    for name in available(group):
+        text = ""
+        lines = (CONF_DIR / group / f"{name}.yaml").read_text().splitlines() + [""]
+        for line, after in zip(lines, lines[1:]):
+            if line.startswith("#") and not line.startswith("# @package"):
+                text = line.lstrip("#").strip()
+                if after.startswith("#") and not text.endswith((".", ":", ")")):
+                    text += " ..."
+                break
+        out.append((name, text))
+    return out
+
+
+def list_configs(groups: list[str] | None = None) -> str:
+    """``python run.py list [GROUP ...]``: every model, decoder, task, runner and experiment config with its
+    one-line description. Raises SystemExit on an unknown group."""
+    unknown = [g for g in groups or [] if g not in GROUPS]
+    if unknown:
+        sys.exit(f"error: unknown config group {', '.join(unknown)}; groups: {', '.join(GROUPS)}")
+    lines = []
+    for group in groups or GROUPS:
+        entries = describe(group)
+        width = max((len(n) for n, _ in entries), default=0)
+        lines.append(f"{group} ({group}=NAME):")
+        lines += [f"  {name.ljust(width)}  {text}".rstrip() for name, text in entries]
+        lines.append("")
+    return "\n".join(lines) + "Use: python run.py model=NAME task=NAME 'decoder=[vanilla,NAME]' [experiment=NAME]"
+
+
 def check_choices(argv: list[str]) -> None:
     """Before Hydra composes: an unknown model, task, decoder or experiment name exits with the valid choices.
 

@@ -1,6 +1,7 @@
-"""Hydra callbacks: an experiment ends with its tables and figures.
+"""Hydra callbacks: every sweep ends with its tables and figures.
 
-Referenced from ``conf/experiment/*.yaml``::
+Registered for every run in ``conf/hydra/default.yaml`` (experiments may set its arguments, e.g. which
+figures)::
 
     hydra:
       callbacks:
@@ -8,9 +9,10 @@ Referenced from ``conf/experiment/*.yaml``::
           _target_: harness.callbacks.ReportCallback
 
 After the last job of a multirun (``on_multirun_end``, in the launching process, whatever the launcher) it
-runs :func:`harness.report.write_report` and :func:`plots.make_all.make_all` on the sweep folder, writing
+runs :func:`harness.report.write_report` with ``plots=True`` on the sweep folder, writing
 ``<sweep dir>/report/`` and ``<sweep dir>/report/figures/``. A failure is logged, never raised: the
-results are already on disk and ``python -m harness.report <sweep dir> --plots`` redoes it.
+results are already on disk and ``python -m harness.report <sweep dir> --plots`` redoes it. A single run
+(no ``-m``) gets no report unless ``on_single_run=true``; its ``summary.md`` is there.
 No torch is imported here.
 """
 
@@ -32,7 +34,7 @@ class ReportCallback(Callback):
     Args:
         out_subdir: folder for the tables, under the sweep (or run) folder.
         plots: also draw the figures (into ``<out_subdir>/figures``).
-        figures: names of :data:`plots.FIGURES` to draw; None = all the rows support.
+        figures: names of :data:`plots.FIGURES` to draw; None = all that the rows support.
         cost_ratio: c for the theory column; None = measured (see :mod:`harness.report`).
         on_single_run: also report after a single (non-multirun) run.
     """
@@ -52,13 +54,8 @@ class ReportCallback(Callback):
         folder = Path(folder)
         out = folder / self.out_subdir
         try:
-            written = write_report([folder], out, cost_ratio=self.cost_ratio)
+            written = write_report([folder], out, cost_ratio=self.cost_ratio, plots=self.plots, only=self.figures)
             log.info("report of %s: %s", folder, ", ".join(str(out / n) for n in written))
-            if self.plots:
-                from plots.make_all import make_all
-
-                figs = make_all([folder], out / "figures", only=self.figures)
-                log.info("figures of %s: %s", folder, ", ".join(figs) or "none")
         except Exception:
             log.exception("report of %s failed; rerun: python -m harness.report %s --plots", folder, folder)
             return None

@@ -1,18 +1,21 @@
-"""Figures from result rows: one function per figure, each taking a DataFrame of rows (from
-:func:`harness.report.load_rows`) and returning a matplotlib Figure, or None when the rows cannot support
-that figure (the reason is logged). :func:`save` writes PNG and PDF. ``plots/make_all.py`` draws them all.
+"""Figures from aggregated frames: one function per figure, each taking the frame(s) it draws and a subtitle,
+returning a matplotlib Figure, or None when the frame cannot support that figure (the reason is logged).
 
-Reads result files only: never imports torch or the decoders. Uses matplotlib's Agg backend.
+The frames come from :mod:`harness.metrics` through the report (``python -m harness.report RUN --plots``,
+which calls :func:`draw_all`); this package imports nothing of the harness, the decoders or torch, and
+computes no statistic itself: it draws what it is given. :func:`save` writes PNG and PDF.
+
+Every figure carries a subtitle (model pair, dtype, hardware, task size), keeps its legend outside the axes,
+gives each configuration its own colour (:func:`palette` never repeats a colour) and prints integral
+hyper-parameters as integers.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -20,14 +23,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-
-from harness.report import aggregate, swept_params  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "speedup_by_task", "accept_length_by_decoder", "acceptance_by_position", "tokens_per_s_vs_param",
-    "time_breakdown", "warm_vs_cold", "acceptance_per_position", "save", "FIGURES",
+    "time_breakdown", "warm_vs_cold", "palette", "save", "draw_all", "FIGURES",
 ]
 
 
@@ -42,135 +44,139 @@ def save(fig: Any, out_dir: str | Path, name: str) -> list[Path]:
     return paths
 
 
-def _ok(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[rows["status"] == "ok"] if "status" in rows else rows
+def palette(n: int) -> list[tuple[float, float, float, float]]:
+    """``n`` distinct colours: ``tab10`` up to 10, ``tab20`` up to 20, else evenly spaced along ``turbo``."""
+    if n <= 10:
+        return [plt.get_cmap("tab10")(i) for i in range(n)]
+    if n <= 20:
+        return [plt.get_cmap("tab20")(i) for i in range(n)]
+    return [tuple(c) for c in plt.get_cmap("turbo")(np.linspace(0.03, 0.97, n))]
+
+
+def _fmt(v: Any) -> str:
+    """A hyper-parameter value as written in a config: ``3`` not ``3.0``."""
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return "null"
+        if float(v).is_integer():
+            return str(int(v))
+    return str(v)
+
+
+def _titles(fig: Any, title: str, subtitle: str) -> None:
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=8)
+
+
+def _legend_outside(ax: Any, **kwargs: Any) -> None:
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False, **kwargs)
+
+
+def _clusters(agg: pd.DataFrame, group: str) -> pd.Series:
+    """x-axis cluster names: the task alone when one run group is shown, else the group label on two lines."""
+    if group != "group":
+        return agg[group].astype(str)
+    if agg["group"].nunique() > 1:
+        return agg["group"].astype(str).str.replace(": ", "\n", n=1, regex=False)
+    return agg["task"].astype(str) if "task" in agg else agg["group"].astype(str)
 
 
 def _grouped_bars(ax: Any, agg: pd.DataFrame, value: str, low: str | None = None, high: str | None = None,
-                  group: str = "task") -> None:
-    """Bars of ``agg[value]``: one cluster per ``group`` value, one bar per configuration label."""
-    groups = list(dict.fromkeys(agg[group]))
+                  group: str = "group") -> None:
+    """Bars of ``agg[value]``: one cluster per ``group`` value, one bar (own colour) per configuration label,
+    error bars from ``low`` / ``high`` when present; legend outside the axes."""
+    agg = agg.assign(_cluster=_clusters(agg, group))
+    groups = list(dict.fromkeys(agg["_cluster"]))
     labels = list(dict.fromkeys(agg["label"]))
+    colours = palette(len(labels))
     width = 0.8 / max(1, len(labels))
     x = np.arange(len(groups))
     for i, lab in enumerate(labels):
-        sub = agg[agg["label"] == lab].set_index(group).reindex(groups)
+        sub = agg[agg["label"] == lab].drop_duplicates("_cluster").set_index("_cluster").reindex(groups)
         vals = sub[value].to_numpy(dtype=float)
         err = None
         if low and high and low in sub and sub[low].notna().any():
             lo = np.nan_to_num(vals - sub[low].to_numpy(dtype=float), nan=0.0)
             hi = np.nan_to_num(sub[high].to_numpy(dtype=float) - vals, nan=0.0)
             err = np.vstack([np.clip(lo, 0, None), np.clip(hi, 0, None)])
-        ax.bar(x + (i - (len(labels) - 1) / 2) * width, vals, width, yerr=err, capsize=3, label=lab)
+        ax.bar(x + (i - (len(labels) - 1) / 2) * width, vals, width, yerr=err, capsize=2, label=lab,
+               color=colours[i])
     ax.set_xticks(x)
-    ax.set_xticklabels(groups, rotation=0 if len(groups) < 4 else 30, ha="center" if len(groups) < 4 else "right",
-                       fontsize=8 if len(groups) < 4 else 7)
-    ax.legend(fontsize=8)
+    many = len(groups) >= 4
+    ax.set_xticklabels(groups, rotation=30 if many else 0, ha="right" if many else "center", fontsize=7 if many else 8)
+    _legend_outside(ax)
 
 
-def _group_label(agg: pd.DataFrame) -> pd.DataFrame:
-    """``task`` alone when one model pair is shown, else ``task\\nmodel pair``."""
-    agg = agg.copy()
-    if agg["model_pair"].nunique() > 1:
-        agg["task"] = agg["task"].astype(str) + "\n" + agg["model_pair"].astype(str)
-    return agg
+def speedup_by_task(agg: pd.DataFrame, subtitle: str = "") -> Any:
+    """Speedup vs vanilla per run group and configuration, with its bootstrap CI (vanilla omitted).
 
-
-def speedup_by_task(rows: pd.DataFrame, agg: pd.DataFrame | None = None) -> Any:
-    """Speedup vs vanilla per task and decoder, with 95 % bootstrap CI error bars (vanilla omitted)."""
-    agg = aggregate(rows) if agg is None else agg
-    agg = _group_label(agg[(agg["decoder"] != "vanilla") & agg["speedup"].notna()])
+    Args:
+        agg: :func:`harness.metrics.aggregate` (``group, task, label, decoder, speedup, speedup_low/high``).
+    """
+    agg = agg[(agg["decoder"] != "vanilla") & agg["speedup"].notna()] if not agg.empty else agg
     if agg.empty:
         log.info("speedup_by_task skipped: no decoder other than vanilla has paired rows")
         return None
-    fig, ax = plt.subplots(figsize=(max(4.5, 2.0 + 0.45 * agg["task"].nunique() * agg["label"].nunique()), 3.2))
+    n = agg["group"].nunique() * agg["label"].nunique()
+    fig, ax = plt.subplots(figsize=(max(4.5, 2.0 + 0.35 * n), 3.2))
     _grouped_bars(ax, agg, "speedup", "speedup_low", "speedup_high")
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    ax.set_ylabel("speedup vs vanilla (mean of paired ratios)")
-    ax.set_title("Speedup (error bars: 95% bootstrap CI over samples)", fontsize=9)
+    ax.set_ylabel("speedup vs vanilla (mean of paired ratios)", fontsize=8)
+    _titles(fig, "Speedup (error bars: 95% bootstrap CI over samples and repeats)", subtitle)
     return fig
 
 
-def accept_length_by_decoder(rows: pd.DataFrame, agg: pd.DataFrame | None = None) -> Any:
-    """Accept length tau (new tokens per target forward) per task and decoder; vanilla = 1."""
-    agg = aggregate(rows) if agg is None else agg
-    agg = _group_label(agg[agg["accept_length"].notna()])
+def accept_length_by_decoder(agg: pd.DataFrame, subtitle: str = "") -> Any:
+    """Accept length tau (new tokens per target forward) per run group and configuration, with its bootstrap
+    CI; vanilla = 1."""
+    agg = agg[agg["accept_length"].notna()] if not agg.empty else agg
     if agg.empty:
         log.info("accept_length_by_decoder skipped: no ok rows")
         return None
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    _grouped_bars(ax, agg, "accept_length")
+    n = agg["group"].nunique() * agg["label"].nunique()
+    fig, ax = plt.subplots(figsize=(max(4.5, 2.0 + 0.35 * n), 3.2))
+    _grouped_bars(ax, agg, "accept_length", "accept_length_low", "accept_length_high")
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    ax.set_ylabel("accept length tau (tokens / target forward)")
+    ax.set_ylabel("accept length tau (tokens / target forward)", fontsize=8)
+    _titles(fig, "Accept length tau (error bars: 95% bootstrap CI)", subtitle)
     return fig
 
 
-def acceptance_per_position(rows: pd.DataFrame) -> pd.DataFrame:
-    """Acceptance by draft position, from the per-step ``accepted_per_step`` / ``drafted_per_step`` lists.
+def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_positions: int = 16) -> Any:
+    """Per-position acceptance rate (solid) and conditional acceptance (dashed) per configuration.
 
-    For position ``i`` (0-based) over all decode steps of a configuration: ``drafted`` = steps that drafted
-    more than ``i`` tokens, ``accepted`` = steps that accepted more than ``i`` tokens; ``rate`` =
-    accepted / drafted (vLLM's per-position acceptance), ``conditional`` = P(position i accepted | positions
-    < i accepted and position i drafted), which is constant (= alpha) under the i.i.d. model of Leviathan et
-    al. 2023.
-
-    Example: steps (accepted, drafted) = (2, 4), (0, 4), (4, 4) give at position 0 rate 2/3, at position 2
-    rate 1/3 (only the third step got past position 1) and conditional 1/2 at position 2.
-
-    Returns:
-        Columns ``label, position, drafted, accepted, rate, conditional``.
+    Args:
+        positions: :func:`harness.metrics.acceptance_per_position`.
     """
-    out = []
-    ok = _ok(rows)
-    if "accepted_per_step" not in ok or "drafted_per_step" not in ok:
-        return pd.DataFrame(columns=["label", "position", "drafted", "accepted", "rate", "conditional"])
-    for lab, g in ok.groupby("label", sort=False):
-        acc, dr = [], []
-        for a, d in zip(g["accepted_per_step"], g["drafted_per_step"]):
-            if isinstance(a, (list, tuple)) and isinstance(d, (list, tuple)):
-                acc.extend(a)
-                dr.extend(d)
-        if not dr or max(dr) == 0:
-            continue
-        acc_a, dr_a = np.asarray(acc), np.asarray(dr)
-        for i in range(int(dr_a.max())):
-            drafted = int((dr_a > i).sum())
-            accepted = int((acc_a > i).sum())
-            reached = int(((dr_a > i) & (acc_a >= i)).sum())
-            out.append({"label": lab, "position": i, "drafted": drafted, "accepted": accepted,
-                        "rate": accepted / drafted if drafted else math.nan,
-                        "conditional": accepted / reached if reached else math.nan})
-    return pd.DataFrame(out, columns=["label", "position", "drafted", "accepted", "rate", "conditional"])
-
-
-def acceptance_by_position(rows: pd.DataFrame, max_positions: int = 16) -> Any:
-    """Per-position acceptance rate (solid) and conditional acceptance (dashed) per decoder configuration."""
-    table = acceptance_per_position(rows)
-    if table.empty:
+    if positions.empty:
         log.info("acceptance_by_position skipped: no rows with per-step draft lists (accepted_per_step)")
         return None
+    several = positions["group"].nunique() > 1
+    keys = list(dict.fromkeys(zip(positions["group"], positions["label"])))
+    colours = palette(len(keys))
     fig, ax = plt.subplots(figsize=(4.8, 3.2))
-    for lab, g in table.groupby("label", sort=False):
+    for colour, (grp, lab) in zip(colours, keys):
+        g = positions[(positions["group"] == grp) & (positions["label"] == lab)]
         g = g[g["position"] < max_positions]
-        line, = ax.plot(g["position"] + 1, g["rate"], marker="o", ms=3, label=lab)
-        ax.plot(g["position"] + 1, g["conditional"], ls="--", lw=0.8, color=line.get_color())
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("acceptance rate")
-    ax.set_title("solid: accepted / drafted at position; dashed: given the earlier ones accepted", fontsize=8)
+        name = f"{lab} [{grp}]" if several else lab
+        ax.plot(g["position"] + 1, g["rate"], marker="o", ms=3, label=name, color=colour)
+        ax.plot(g["position"] + 1, g["conditional"], ls="--", lw=0.8, color=colour)
+    ax.set_xlabel("draft position", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("acceptance rate", fontsize=8)
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
+    _titles(fig, "Acceptance by draft position (solid: accepted / drafted; dashed: given the earlier ones "
+                 "accepted)", subtitle)
     return fig
-
-
-def _param_values(rows: pd.DataFrame, param: str) -> pd.Series:
-    return rows["decoder_params"].map(lambda s: json.loads(s).get(param) if isinstance(s, str) else None)
 
 
 #: Preferred x axis of :func:`tokens_per_s_vs_param` when several hyper-parameters vary.
 PREFERRED_X = ("gamma", "window_size", "ngram_size", "guess_set_size")
 
 
-def _series_keys(agg: pd.DataFrame, decoder: str, x: str, varying: list[str]) -> list[str]:
+def _series_keys(agg: pd.DataFrame, decoder: str, x: str, varying: Sequence[str]) -> list[str]:
     """Swept parameters other than ``x`` that are not a function of ``x`` (a parameter tied to ``x``, such
     as ``guess_set_size = window_size``, adds no line)."""
     sub = agg[agg["decoder"] == decoder]
@@ -183,143 +189,155 @@ def _series_keys(agg: pd.DataFrame, decoder: str, x: str, varying: list[str]) ->
     return keys
 
 
-def tokens_per_s_vs_param(rows: pd.DataFrame, param: str | None = None, agg: pd.DataFrame | None = None) -> Any:
-    """Tokens/s (left) and speedup with 95 % CI (right) against a swept hyper-parameter (e.g. gamma), one
-    line per decoder and per value of the other swept parameters.
+def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]], param: str | None = None,
+                          subtitle: str = "") -> Any:
+    """Tokens/s (left) and speedup with its CI (right) against a swept hyper-parameter (e.g. gamma), one line
+    per decoder and per value of the other swept parameters.
 
     Args:
+        agg: :func:`harness.metrics.aggregate` (one column per hyper-parameter).
+        swept: decoder -> its swept hyper-parameters (:func:`harness.metrics.swept_params`).
         param: the x axis; None = the swept parameter with the most values (ties: gamma, window_size,
             ngram_size, guess_set_size, then first seen).
     """
-    varying = swept_params(_ok(rows))
-    candidates = list(dict.fromkeys(p for ps in varying.values() for p in ps))
+    candidates = list(dict.fromkeys(p for ps in swept.values() for p in ps))
     if param is None and candidates:
-        counts = {p: _param_values(rows, p).astype(str).nunique() for p in candidates}
+        counts = {p: agg[p].astype(str).nunique() if p in agg else 0 for p in candidates}
         rank = {p: (PREFERRED_X.index(p) if p in PREFERRED_X else len(PREFERRED_X)) for p in candidates}
         param = max(candidates, key=lambda p: (counts[p], -rank[p]))
     if param is None or param not in candidates:
         log.info("tokens_per_s_vs_param skipped: no hyper-parameter takes more than one value%s",
                  f" ({param} is constant)" if param else "")
         return None
-    agg = aggregate(rows) if agg is None else agg
     agg = agg[agg[param].notna()] if param in agg else agg.iloc[0:0]
     if agg.empty:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
-    others = {d: _series_keys(agg, d, param, ps) for d, ps in varying.items()}
-    for (task, pair, dec), g in agg.groupby(["task", "model_pair", "decoder"], sort=False):
-        series_keys = others.get(dec, [])
-        for key, s in (g.groupby(series_keys, sort=False, dropna=False) if series_keys else [((), g)]):
+    others = {d: _series_keys(agg, d, param, ps) for d, ps in swept.items()}
+    series = []
+    for (grp, dec), g in agg.groupby(["group", "decoder"], sort=False):
+        keys = others.get(dec, [])
+        for key, s in (g.groupby(keys, sort=False, dropna=False) if keys else [((), g)]):
             key = key if isinstance(key, tuple) else (key,)
-            s = s.assign(_x=pd.to_numeric(s[param], errors="coerce")).sort_values("_x")
-            name = dec + "".join(f" {k}={v}" for k, v in zip(series_keys, key))
-            where = [str(v) for v, col in ((task, "task"), (pair, "model_pair")) if agg[col].nunique() > 1]
-            if where:
-                name += f" [{', '.join(where)}]"
-            axes[0].plot(s["_x"], s["tokens_per_s"], marker="o", label=name)
-            yerr = np.vstack([(s["speedup"] - s["speedup_low"]).fillna(0).clip(lower=0),
-                              (s["speedup_high"] - s["speedup"]).fillna(0).clip(lower=0)])
-            axes[1].errorbar(s["_x"], s["speedup"], yerr=yerr, marker="o", capsize=3, label=name)
-    axes[0].set_xlabel(param)
-    axes[0].set_ylabel("tokens / s")
-    axes[1].set_xlabel(param)
-    axes[1].set_ylabel("speedup vs vanilla")
+            name = dec + "".join(f" {k}={_fmt(v)}" for k, v in zip(keys, key))
+            if agg["group"].nunique() > 1:
+                name += f" [{grp}]"
+            series.append((name, s))
+    for colour, (name, s) in zip(palette(len(series)), series):
+        s = s.assign(_x=pd.to_numeric(s[param], errors="coerce")).sort_values("_x")
+        axes[0].plot(s["_x"], s["tokens_per_s"], marker="o", label=name, color=colour)
+        yerr = np.vstack([(s["speedup"] - s["speedup_low"]).fillna(0).clip(lower=0),
+                          (s["speedup_high"] - s["speedup"]).fillna(0).clip(lower=0)])
+        axes[1].errorbar(s["_x"], s["speedup"], yerr=yerr, marker="o", capsize=3, label=name, color=colour)
+    for ax in axes:
+        ax.set_xlabel(param, fontsize=8)
+        if (pd.to_numeric(agg[param], errors="coerce").dropna() % 1 == 0).all():
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("tokens / s", fontsize=8)
+    axes[1].set_ylabel("speedup vs vanilla", fontsize=8)
     axes[1].axhline(1.0, color="gray", lw=0.8, ls="--")
-    axes[0].legend(fontsize=7)
+    _legend_outside(axes[1])
+    _titles(fig, f"Tokens/s and speedup against {param}", subtitle)
     fig.tight_layout()
     return fig
 
 
-def time_breakdown(rows: pd.DataFrame) -> Any:
-    """Where the time goes: drafting vs verifying (vs the rest) per decoder configuration, as seconds per
-    generated token. Needs per-phase timer columns ``draft_time_s`` and ``verify_time_s``."""
-    ok = _ok(rows)
-    if not {"draft_time_s", "verify_time_s"} <= set(ok.columns):
+def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "") -> Any:
+    """Where the time goes: drafting vs verifying (vs the rest) per configuration, as milliseconds per
+    generated token.
+
+    Args:
+        breakdown: :func:`harness.metrics.time_breakdown` (``group, label, draft_ms, verify_ms, other_ms``).
+    """
+    if breakdown.empty:
         log.info("time_breakdown skipped: rows have no draft_time_s / verify_time_s columns (decoders do not "
                  "record per-phase timers)")
         return None
-    ok = ok[ok["draft_time_s"].notna() & ok["verify_time_s"].notna()]
-    if ok.empty:
-        log.info("time_breakdown skipped: draft_time_s / verify_time_s are empty")
-        return None
-    per = ok.groupby("label", sort=False)[["draft_time_s", "verify_time_s", "wall_time_s", "new_tokens"]].sum()
-    ms = 1000.0 / per["new_tokens"]
-    draft, verify = per["draft_time_s"] * ms, per["verify_time_s"] * ms
-    other = (per["wall_time_s"] * ms - draft - verify).clip(lower=0)
-    fig, ax = plt.subplots(figsize=(4.8, 3.2))
-    x = np.arange(len(per))
-    ax.bar(x, draft, label="drafting")
-    ax.bar(x, verify, bottom=draft, label="verifying")
-    ax.bar(x, other, bottom=draft + verify, label="other (host, prefill, bookkeeping)")
+    names = [f"{lab} [{g}]" if breakdown["group"].nunique() > 1 else lab
+             for g, lab in zip(breakdown["group"], breakdown["label"])]
+    fig, ax = plt.subplots(figsize=(max(4.8, 1.0 + 0.5 * len(names)), 3.2))
+    x = np.arange(len(names))
+    c = palette(3)
+    ax.bar(x, breakdown["draft_ms"], label="drafting", color=c[0])
+    ax.bar(x, breakdown["verify_ms"], bottom=breakdown["draft_ms"], label="verifying", color=c[1])
+    ax.bar(x, breakdown["other_ms"], bottom=breakdown["draft_ms"] + breakdown["verify_ms"],
+           label="other (host, prefill, bookkeeping)", color=c[2])
     ax.set_xticks(x)
-    ax.set_xticklabels(per.index, rotation=20, fontsize=8)
-    ax.set_ylabel("ms per generated token")
-    ax.legend(fontsize=8)
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("ms per generated token", fontsize=8)
+    _legend_outside(ax)
+    _titles(fig, "Time per generated token by phase", subtitle)
     return fig
 
 
-def _scope_free_names(rows: pd.DataFrame) -> dict[str, str]:
-    """decoder name -> one name per configuration that ignores ``pool_scope`` (for cold/warm pairing)."""
-    def key(row: pd.Series) -> str:
-        try:
-            params = json.loads(row["decoder_params"]) if isinstance(row.get("decoder_params"), str) else {}
-        except ValueError:
-            params = {}
-        params.pop("pool_scope", None)
-        return json.dumps(params, sort_keys=True) if params else str(row["decoder"])
-
-    first = rows.drop_duplicates("decoder")
-    keys = {str(r["decoder"]): key(r) for _, r in first.iterrows()}
-    scopes = dict(zip(first["decoder"].astype(str), first.get("pool_scope", pd.Series(dtype=object))))
-    names: dict[str, str] = {}
-    for k in dict.fromkeys(keys.values()):
-        members = [d for d, kk in keys.items() if kk == k]
-        cold = [d for d in members if scopes.get(d) == "sample"]
-        base = (cold or members)[0]
-        names.update({d: re.sub(r"_warm$", "", base) for d in members})
-    return names
-
-
-def warm_vs_cold(rows: pd.DataFrame) -> Any:
+def warm_vs_cold(warm_cold: pd.DataFrame, subtitle: str = "") -> Any:
     """Warm start (n-gram pool kept across a task's samples, ``pool_scope=task``) vs cold start
-    (``pool_scope=sample``): speedup and accept length per decoder. Needs the ``pool_scope`` column."""
-    if "pool_scope" not in rows or rows["pool_scope"].dropna().empty:
+    (``pool_scope=sample``): speedup and accept length per configuration.
+
+    Args:
+        warm_cold: :func:`harness.metrics.warm_cold` (``config`` = the configuration, ``label`` = cold/warm).
+    """
+    if warm_cold.empty:
         log.info("warm_vs_cold skipped: rows have no pool_scope column")
         return None
-    scoped = rows["pool_scope"].notna() & (rows["decoder"] != "vanilla")
-    rows = rows.copy()
-    # one aggregate per (decoder, scope); vanilla rows stay in for the pairing
-    rows.loc[scoped, "label"] = rows.loc[scoped, "decoder"] + " | " + rows.loc[scoped, "pool_scope"].astype(str)
-    agg = aggregate(rows)
-    agg = agg[agg["label"].str.contains(" | ", regex=False)].copy()
-    scope = agg["label"].str.split(" | ", regex=False).str[-1]
-    # cold and warm of one configuration side by side: decoders whose hyper-parameters differ only in pool_scope
-    # share a cluster, named after the cold one (else the name without `_warm`); one decoder name run with both
-    # scopes (experiment=warm_cold) pairs with itself
-    agg["config"] = agg["decoder"].map(_scope_free_names(rows))
-    agg = _group_label(agg)
-    if agg["task"].nunique() > 1:
-        agg["config"] = agg["config"] + "\n" + agg["task"].astype(str)
-    agg["label"] = scope.map({"sample": "cold", "task": "warm"}).fillna(scope)
-    agg = agg.sort_values("label", kind="stable")
+    agg = warm_cold.copy()
+    agg["config"] = agg["config"].astype(str)
+    if agg["group"].nunique() > 1:
+        agg["config"] = agg["config"] + "\n" + agg["group"].astype(str)
     fig, axes = plt.subplots(1, 2, figsize=(max(8.0, 1.6 * agg["config"].nunique()), 3.4))
-    fig.suptitle("warm: n-gram pool kept across the task's samples (pool_scope=task); cold: cleared per sample",
-                 fontsize=8)
     _grouped_bars(axes[0], agg, "speedup", "speedup_low", "speedup_high", group="config")
     axes[0].axhline(1.0, color="gray", lw=0.8, ls="--")
-    axes[0].set_ylabel("speedup vs vanilla")
-    _grouped_bars(axes[1], agg, "accept_length", group="config")
-    axes[1].set_ylabel("accept length tau")
+    axes[0].set_ylabel("speedup vs vanilla", fontsize=8)
+    axes[0].get_legend().remove() if axes[0].get_legend() else None
+    _grouped_bars(axes[1], agg, "accept_length", "accept_length_low", "accept_length_high", group="config")
+    axes[1].set_ylabel("accept length tau", fontsize=8)
+    _titles(fig, "warm: n-gram pool kept across the task's samples (pool_scope=task); cold: cleared per sample",
+            subtitle)
     fig.tight_layout()
     return fig
 
 
-#: name -> figure function (all take the rows; make_all passes a shared aggregate where accepted).
-FIGURES = {
-    "speedup_by_task": speedup_by_task,
-    "accept_length": accept_length_by_decoder,
-    "acceptance_by_position": acceptance_by_position,
-    "tokens_per_s_vs_param": tokens_per_s_vs_param,
-    "time_breakdown": time_breakdown,
-    "warm_vs_cold": warm_vs_cold,
+#: name -> (figure function, names of the frames it takes from :func:`draw_all`'s ``frames``).
+FIGURES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+    "speedup_by_task": (speedup_by_task, ("agg",)),
+    "accept_length": (accept_length_by_decoder, ("agg",)),
+    "acceptance_by_position": (acceptance_by_position, ("positions",)),
+    "tokens_per_s_vs_param": (tokens_per_s_vs_param, ("agg", "swept")),
+    "time_breakdown": (time_breakdown, ("breakdown",)),
+    "warm_vs_cold": (warm_vs_cold, ("warm_cold",)),
 }
+
+
+def draw_all(frames: Mapping[str, Any], out_dir: str | Path, only: Sequence[str] | None = None,
+             subtitle: str = "") -> dict[str, list[Path]]:
+    """Draw every figure of :data:`FIGURES` (or those named in ``only``) from ``frames`` into ``out_dir``.
+
+    Args:
+        frames: ``agg``, ``positions``, ``breakdown``, ``warm_cold`` (DataFrames) and ``swept`` (a dict), as
+            built by :func:`harness.report.figure_frames`.
+        only: figure names; None = all that the frames support.
+        subtitle: the line under every title (model pair, dtype, hardware, task size).
+
+    Returns:
+        figure name -> written paths (skipped figures are absent).
+
+    Raises:
+        ValueError: ``only`` names an unknown figure.
+    """
+    unknown = sorted(set(only or ()) - set(FIGURES))
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; choose from {sorted(FIGURES)}")
+    written: dict[str, list[Path]] = {}
+    for name, (fn, needs) in FIGURES.items():
+        if only and name not in only:
+            continue
+        try:
+            fig = fn(*[frames[k] for k in needs], subtitle=subtitle)
+        except Exception:  # one broken figure must not cost the others
+            log.exception("figure %s failed", name)
+            continue
+        if fig is None:
+            continue
+        written[name] = save(fig, out_dir, name)
+        log.info("wrote %s", written[name][0])
+    return written

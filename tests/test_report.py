@@ -1,9 +1,13 @@
-"""harness.report and plots: tables and figures from fixture result rows, with known numbers; no torch."""
+"""harness.metrics (the one aggregation), harness.report (tables, comparison) and plots (figures from frames):
+known numbers from fixture rows, the issue-11/15 reproducers, and the layering; no torch."""
 
 from __future__ import annotations
 
+import ast
+import json
 import logging
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +17,13 @@ import pandas as pd
 import pytest
 
 from fixture_rows import fixture_rows, write_run
-from harness import report
-from plots import acceptance_per_position
-from plots.make_all import make_all
+from harness import metrics, report
+from harness.results import read_results
+
+import plots
 
 ROOT = Path(__file__).resolve().parent.parent
+RACE = ROOT / "results" / "reference" / "race20_cpu"
 
 
 @pytest.fixture()
@@ -30,11 +36,11 @@ def sweep(tmp_path):
     return tmp_path / "sweep"
 
 
-# ------------------------------------------------------------------------------------------------ stats
+# ------------------------------------------------------------------------------------------------ statistics
 def test_bootstrap_two_point_case_is_exact():
     # Resampled means of [0, 1] take 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4: the 95 % interval is [0, 1]
     # and the bootstrap standard error is sqrt(1/8).
-    ci = report.bootstrap_mean_ci([0.0, 1.0], n_boot=20000, seed=0)
+    ci = metrics.bootstrap_mean_ci([0.0, 1.0], n_boot=20000, seed=0)
     assert ci["mean"] == 0.5
     assert (ci["low"], ci["high"]) == (0.0, 1.0)
     assert ci["std"] == pytest.approx(math.sqrt(1 / 8), rel=0.03)
@@ -42,25 +48,37 @@ def test_bootstrap_two_point_case_is_exact():
 
 def test_bootstrap_matches_normal_theory_and_is_seeded():
     values = np.arange(100, dtype=float)  # sd = 29.01, standard error 2.90
-    ci = report.bootstrap_mean_ci(values, n_boot=4000, seed=1)
+    ci = metrics.bootstrap_mean_ci(values, n_boot=4000, seed=1)
     se = values.std(ddof=0) / 10
     assert ci["mean"] == pytest.approx(49.5)
     assert ci["std"] == pytest.approx(se, rel=0.08)
     assert ci["low"] == pytest.approx(49.5 - 1.96 * se, abs=0.6)
     assert ci["high"] == pytest.approx(49.5 + 1.96 * se, abs=0.6)
-    assert report.bootstrap_mean_ci(values, n_boot=4000, seed=1) == ci
-    constant = report.bootstrap_mean_ci([2.0] * 5)
+    assert metrics.bootstrap_mean_ci(values, n_boot=4000, seed=1) == ci
+    constant = metrics.bootstrap_mean_ci([2.0] * 5)
     assert (constant["low"], constant["high"], constant["std"]) == (2.0, 2.0, 0.0)
-    single = report.bootstrap_mean_ci([3.0])
+    single = metrics.bootstrap_mean_ci([3.0])
     assert single["mean"] == 3.0 and math.isnan(single["low"])
+
+
+def test_two_level_bootstrap_resamples_samples_then_their_repeats():
+    # 2 samples x 3 repeats: each resample draws 2 samples, and 3 repeats within each drawn sample
+    w = metrics.bootstrap_weights(["a", "a", "a", "b", "b", "b"], n_boot=500, seed=0)
+    assert w.shape == (500, 6) and (w.sum(axis=1) == 6).all()
+    assert set(np.unique(w[:, :3].sum(axis=1))) <= {0, 3, 6}   # sample a drawn 0, 1 or 2 times
+    # repeats of one sample that differ widen the interval; identical repeats leave the one-level one
+    same = metrics.bootstrap_mean_ci([1, 1, 3, 3], clusters=["a", "a", "b", "b"], n_boot=4000)
+    spread = metrics.bootstrap_mean_ci([0, 2, 2, 4], clusters=["a", "a", "b", "b"], n_boot=4000)
+    assert same["mean"] == spread["mean"] == 2.0
+    assert spread["std"] > same["std"]
 
 
 def test_leviathan_formulas_reproduce_worked_numbers():
     # ALGORITHMS.md section 6: alpha=0.8, gamma=4 -> E[tau]=3.36; S=2.80 / 2.40 / 1.87 for c=0.05 / 0.1 / 0.2
-    assert report.expected_accept_length(0.8, 4) == pytest.approx(3.3616)
-    assert [round(report.theory_speedup(0.8, 4, c), 2) for c in (0.05, 0.1, 0.2)] == [2.80, 2.40, 1.87]
-    assert report.expected_accept_length(1.0, 4) == 5.0
-    assert report.expected_accept_length(0.0, 4) == 1.0
+    assert metrics.expected_accept_length(0.8, 4) == pytest.approx(3.3616)
+    assert [round(metrics.theory_speedup(0.8, 4, c), 2) for c in (0.05, 0.1, 0.2)] == [2.80, 2.40, 1.87]
+    assert metrics.expected_accept_length(1.0, 4) == 5.0
+    assert metrics.expected_accept_length(0.0, 4) == 1.0
 
 
 def test_cost_ratio_wall_time_fit_recovers_c(tmp_path):
@@ -74,74 +92,397 @@ def test_cost_ratio_wall_time_fit_recovers_c(tmp_path):
             t_ar = v["wall_time_s"] / v["new_tokens"]
             r["wall_time_s"] = r["num_steps"] * t_ar + r["draft_forwards"] * c_true * t_ar
             r["tokens_per_s"] = r["new_tokens"] / r["wall_time_s"]
-    agg = report.aggregate(report.load_rows([write_run(tmp_path / "run", rows)]))
+    agg = metrics.aggregate(report.load_rows([write_run(tmp_path / "run", rows)]))
     spec = agg[agg["decoder"] == "speculative"].iloc[0]
     assert spec["cost_ratio_source"] == "wall-time fit"
     assert spec["cost_ratio"] == pytest.approx(c_true)
-    # --cost-ratio wins over any measurement
-    agg = report.aggregate(report.load_rows([tmp_path / "run"]), cost_ratio=0.1)
+    agg = metrics.aggregate(report.load_rows([tmp_path / "run"]), cost_ratio=0.1)  # the option wins
     spec = agg[agg["decoder"] == "speculative"].iloc[0]
     assert spec["cost_ratio_source"] == "option"
-    assert spec["theory_speedup"] == pytest.approx(report.theory_speedup(spec["acceptance_rate"], 4, 0.1))
+    assert spec["theory_speedup"] == pytest.approx(metrics.theory_speedup(spec["acceptance_rate"], 4, 0.1))
 
 
-# ------------------------------------------------------------------------------------------------ tables
+# ------------------------------------------------------------------------------------------------ aggregates
 def test_aggregate_numbers(sweep):
-    rows = report.load_rows([sweep])
-    agg = report.aggregate(rows).set_index(["task", "label"])
+    agg = metrics.aggregate(report.load_rows([sweep])).set_index(["task", "label"])
     g4 = agg.loc[("humaneval", "speculative (gamma=4)")]
     # every sample runs exactly 2x vanilla -> speedup 2 with a degenerate interval
     assert g4["speedup"] == pytest.approx(2.0) and g4["speedup_low"] == pytest.approx(2.0)
     assert g4["speedup_high"] == pytest.approx(2.0) and g4["speedup_total"] == pytest.approx(2.0, rel=0.1)
     # pattern (4, 1, 2) over 8 decode steps: accepted 4+1+2+4+1+2+4+1 = 19, drafted 32, emitted 1 + 19 + 8 = 28
     assert g4["accept_length"] == pytest.approx(28 / 9)
+    assert g4["accept_length_low"] == pytest.approx(28 / 9) == g4["accept_length_high"]
     assert g4["acceptance_rate"] == pytest.approx(19 / 32)
     assert g4["equal_to_vanilla"] == pytest.approx(0.75)
     assert g4["divergent_samples"] == ["humaneval/1"]
     # timers: c = (0.3 wall / drafted) / (0.6 wall / steps) = 0.5 * 9 / 32
     assert g4["cost_ratio_source"] == "timers"
     assert g4["cost_ratio"] == pytest.approx(0.5 * 9 / 32)
-    assert g4["theory_speedup"] == pytest.approx(
-        report.theory_speedup(19 / 32, 4, 0.5 * 9 / 32))
+    assert g4["theory_speedup"] == pytest.approx(metrics.theory_speedup(19 / 32, 4, 0.5 * 9 / 32))
     assert g4["efficiency"] == pytest.approx(2.0 / (28 / 9))
     vanilla = agg.loc[("humaneval", "vanilla")]
     assert vanilla["speedup"] == 1.0 and vanilla["accept_length"] == 1.0 and math.isnan(vanilla["theory_speedup"])
-    assert vanilla["samples"] == 12  # three jobs x four samples, each paired within its own job
+    # three jobs x four samples, each paired within its own job; the same four sample ids
+    assert vanilla["observations"] == 12 and vanilla["samples"] == 4
     la = agg.loc[("mbpp", "lookahead (pool_scope=task)")]
     assert la["speedup"] == pytest.approx(1.8) and math.isnan(la["theory_speedup"])
 
 
-def test_labels_distinguish_swept_configs_only(sweep):
+def test_labels_distinguish_swept_configs_and_print_integers(sweep):
     rows = report.load_rows([sweep])
-    assert report.swept_params(rows)["speculative"] == ["gamma"]
+    assert metrics.swept_params(rows)["speculative"] == ["gamma"]
     assert set(rows["label"]) == {"vanilla", "speculative (gamma=2)", "speculative (gamma=4)",
                                   "speculative (gamma=8)", "lookahead (pool_scope=sample)",
                                   "lookahead (pool_scope=task)"}
-    assert report.ordered_labels(report.aggregate(rows))[:4] == [
+    assert metrics.ordered_labels(metrics.aggregate(rows))[:4] == [
         "vanilla", "speculative (gamma=2)", "speculative (gamma=4)", "speculative (gamma=8)"]
+    # a float-typed value (pandas turns int columns with gaps into floats) still prints as an integer
+    odd = pd.DataFrame({"decoder": ["la", "la"], "decoder_params": ['{"ngram_size": 3.0}', '{"ngram_size": 4}']})
+    assert list(metrics.config_labels(odd)) == ["la (ngram_size=3)", "la (ngram_size=4)"]
 
 
-def test_write_report_files_and_layout(sweep, tmp_path):
-    out = tmp_path / "out"
-    written = report.write_report([sweep], out)
-    for name in ("main.md", "main.tex", "main.csv", "theory.md", "theory.tex", "theory.csv", "detail.csv",
-                 "report.md"):
-        assert (out / name).is_file() and name in written
-    main = pd.read_csv(out / "main.csv")
-    assert list(main["task"]) == ["humaneval", "mbpp"]  # rows: task x model pair
-    assert main.loc[0, "speculative (gamma=4)|speedup"] == pytest.approx(2.0)
-    assert main.loc[1, "speculative (gamma=2)|speedup"] == pytest.approx(1.6)
-    assert main.loc[0, "speculative (gamma=4)|equal_to_vanilla"] == pytest.approx(0.75)
-    md = (out / "main.md").read_text()
-    assert "speculative (gamma=4) / speedup" in md and "2.00 [2.00, 2.00]" in md
-    tex = (out / "main.tex").read_text()
-    assert r"\multicolumn{4}{c}{speculative (gamma=4)}" in tex and r"\toprule" in tex
-    assert r"lookahead (pool\_scope=task)" in tex  # escaped
-    theory = pd.read_csv(out / "theory.csv")
-    assert {"theory_speedup", "efficiency", "cost_ratio", "acceptance_rate"} <= set(theory.columns)
-    assert "Leviathan" in (out / "report.md").read_text()
+def test_intervals_over_repeats_and_samples(tmp_path):
+    rows = fixture_rows("r", tasks=["humaneval"], n=6, repeats=3, jitter=0.05, seed=1)
+    agg = metrics.aggregate(report.load_rows([write_run(tmp_path / "run", rows)])).set_index("label")
+    spec = agg.loc["speculative"]
+    assert spec["samples"] == 6 and spec["observations"] == 18 and spec["replicates"] == 3
+    assert spec["speedup_low"] < spec["speedup"] < spec["speedup_high"]
+    assert spec["tokens_per_s_low"] < spec["tokens_per_s"] < spec["tokens_per_s_high"]
+    # run-to-run noise: std over the three repeats of the cell's mean speedup (not over samples)
+    per_repeat = pd.DataFrame(rows).pipe(lambda d: d[d["decoder"] == "speculative"].groupby("repeat")[
+        "tokens_per_s"].mean())
+    assert spec["tokens_per_s_repeat_std"] == pytest.approx(per_repeat.std(ddof=1))
+    assert 0 < spec["speedup_repeat_std"] < 0.2
 
 
+# ------------------------------------------------------------------------------------------------ issue 11.4
+@pytest.mark.parametrize("task, columns", [("gsm8k", ["accuracy"]), ("cnn_dm", ["rouge1", "rouge2", "rougeL"])])
+def test_report_shows_the_quality_columns_summary_csv_shows(task, columns, tmp_path):
+    # Reproducer: the paper report of a GSM8K run had no accuracy column, that of a CNN/DM run no ROUGE,
+    # while summary.csv had them (two aggregators). Now one aggregation serves both.
+    run = write_run(tmp_path / "run", fixture_rows("q", tasks=[task], scores=columns))
+    rows = read_results([run])
+    summary = metrics.summarize(rows, columns)  # what the runner writes as summary.csv
+    report.write_report([run], tmp_path / "rep")
+    main = pd.read_csv(tmp_path / "rep" / "main.csv").set_index("label")
+    md = (tmp_path / "rep" / "main.md").read_text()
+    for c in columns:
+        assert c in md.splitlines()[0]
+        assert main.loc["vanilla", c] == pytest.approx(0.5)          # samples 0 and 2 of 4 score 1
+        assert main.loc["vanilla", c] == pytest.approx(summary.set_index("label").loc["vanilla", c])
+    assert "accuracy" not in md if task == "cnn_dm" else "rouge1" not in md
+
+
+def test_summary_of_rows_that_never_ran():
+    # every cell skipped (prompt_too_long): no timing columns at all; the summary still lists each decoder
+    rows = pd.DataFrame([{"run_id": "r", "task": "t", "sample_id": f"t/{i}", "decoder": d, "decoder_params": "{}",
+                          "status": "prompt_too_long", "reason": "too long"} for i in range(2) for d in
+                         ("vanilla", "speculative")])
+    summary = metrics.summarize(rows).set_index("label")
+    assert list(summary.index) == ["vanilla", "speculative"]
+    assert (summary["samples"] == 0).all() and (summary["failed"] == 2).all()
+    assert "| vanilla | 0 |" in metrics.to_markdown(summary.reset_index())
+
+
+def test_quality_columns_declared_or_found():
+    rows = pd.DataFrame({"decoder": ["vanilla"], "accuracy": [1.0], "my_score": [0.5]})
+    assert metrics.quality_columns(rows) == ["accuracy"]                     # known score names
+    assert metrics.quality_columns(rows, ["my_score"]) == ["my_score"]       # the task's declaration
+    rows["quality_columns"] = [json.dumps(["my_score"])]
+    assert metrics.quality_columns(rows) == ["my_score"]                     # declared in the rows
+
+
+# ------------------------------------------------------------------------------------------------ issue 11.5
+def test_runs_of_different_code_versions_are_two_groups(tmp_path, capsys):
+    # Reproducer: `python -m harness.report A B` on two runs of the same config from different code versions
+    # reported their mean (70.9 and 141.7 tokens/s shown as 106.3). Now: two groups, never pooled.
+    a = write_run(tmp_path / "A", fixture_rows("a", tasks=["humaneval"]))
+    b = write_run(tmp_path / "B", fixture_rows("b", tasks=["humaneval"], spec_factor=3.0, vanilla_factor=2.0,
+                                               identity={"git_commit": "def4567890"}))
+    agg = metrics.aggregate(report.load_rows([a, b]))
+    spec = agg[agg["decoder"] == "speculative"].set_index("group")
+    assert len(spec) == 2
+    assert sorted(spec["speedup"]) == pytest.approx([2.0, 3.0])
+    assert any("git_commit=abc123" in g for g in spec.index) and any("git_commit=def4567" in g for g in spec.index)
+    assert report.main([str(a), str(b), "--out", str(tmp_path / "rep")]) == 0
+    main = pd.read_csv(tmp_path / "rep" / "main.csv")
+    assert len(main) == 4 and main["group"].nunique() == 2
+    tex = (tmp_path / "rep" / "main.tex").read_text()
+    assert tex.count("git\\_commit=") == 2
+
+
+def test_pool_flag_pools_loudly(tmp_path, caplog):
+    a = write_run(tmp_path / "A", fixture_rows("a", tasks=["humaneval"]))
+    b = write_run(tmp_path / "B", fixture_rows("b", tasks=["humaneval"], spec_factor=3.0,
+                                               identity={"git_commit": "def456"}))
+    with caplog.at_level(logging.WARNING):
+        agg = metrics.aggregate(report.load_rows([a, b], pool=True))
+    spec = agg[agg["decoder"] == "speculative"]
+    assert len(spec) == 1 and spec["speedup"].iloc[0] == pytest.approx(2.5)
+    assert "POOLING" in caplog.text and "git_commit" in caplog.text
+
+
+def test_shards_and_repeated_runs_of_one_identity_merge(tmp_path):
+    rows = fixture_rows("s", tasks=["humaneval"], n=4)
+    shard0 = write_run(tmp_path / "sweep" / "0", [r for r in rows if r["sample_id"] in ("humaneval/0", "humaneval/1")])
+    write_run(tmp_path / "sweep" / "1", [dict(r, run_id="s2") for r in rows if r["sample_id"] in
+                                         ("humaneval/2", "humaneval/3")])
+    agg = metrics.aggregate(report.load_rows([shard0.parent])).set_index("label")
+    whole = metrics.aggregate(report.load_rows([write_run(tmp_path / "whole", rows)])).set_index("label")
+    assert agg["group"].nunique() == 1 and agg.loc["speculative", "samples"] == 4
+    for col in ("speedup", "accept_length", "tokens_per_s", "equal_to_vanilla"):
+        assert agg.loc["speculative", col] == pytest.approx(whole.loc["speculative", col])
+
+
+def test_compare_two_runs_paired_by_sample(tmp_path, capsys):
+    a = write_run(tmp_path / "A", fixture_rows("a", tasks=["humaneval"], n=8, jitter=0.02, seed=1))
+    b = write_run(tmp_path / "B", fixture_rows("b", tasks=["humaneval"], n=8, spec_factor=2.4, jitter=0.02, seed=2,
+                                               identity={"git_commit": "def456"}))
+    assert report.main(["--compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "tok/s B/A [95% CI]" in out and "git_commit" not in out.split("\n\n")[1]
+    cmp = pd.read_csv(tmp_path / "cmp" / "compare.csv").set_index("label")
+    spec = cmp.loc["speculative"]
+    assert bool(spec["paired"])
+    assert spec["speedup_ratio"] == pytest.approx(1.2, rel=0.05)
+    assert spec["speedup_ratio_low"] < spec["speedup_ratio"] < spec["speedup_ratio_high"]
+    assert spec["speedup_ratio_low"] > 1.1 and spec["speedup_ratio_high"] < 1.3
+    assert spec["accept_length_ratio"] == pytest.approx(1.0)
+    assert cmp.loc["vanilla", "tokens_per_s_ratio"] == pytest.approx(1.0, rel=0.05)
+    # other samples in B: the bootstrap is unpaired, and it says so
+    c = write_run(tmp_path / "C", fixture_rows("c", tasks=["humaneval"], n=5))
+    cmp2, _ = report.write_compare(a, c)
+    assert not cmp2.set_index("label").loc["speculative", "paired"]
+
+
+# ------------------------------------------------------------------------------------------------ issue 11.8
+def test_estimator_disagreement_and_load_warn_in_the_summary(tmp_path):
+    # Reproducer: a loaded machine printed mean-of-ratios 3.91 vs ratio of totals 1.30 with no warning.
+    factors = [4.0, 1.0] * 5
+    rows = fixture_rows("w", tasks=["humaneval"], n=10, spec_factor=factors, load=5.0, cpu_count=2)
+    summary = metrics.summarize(read_results([write_run(tmp_path / "run", rows)]))
+    spec = summary.set_index("label").loc["speculative"]
+    assert spec["speedup"] == pytest.approx(2.5) and spec["speedup_total"] < 2.0
+    warnings = summary.attrs["warnings"]
+    assert any("estimators disagree" in w for w in warnings)
+    assert any("load" in w and "2 cores" in w for w in warnings)
+    md = metrics.to_markdown(summary)
+    assert "Warnings:" in md and "estimators disagree" in md
+    assert "estimators disagree" in spec["warnings"]
+    # a quiet machine and agreeing estimators: no warning
+    quiet = metrics.summarize(read_results([write_run(tmp_path / "quiet", fixture_rows("q", load=1.2))]))
+    assert quiet.attrs["warnings"] == [] and "Warnings" not in metrics.to_markdown(quiet)
+
+
+# ------------------------------------------------------------------------------------------------ issue 15.1-3
+def test_summary_rows_are_tidy_and_concatenate(tmp_path):
+    # Reproducer: summary.csv had no task, model pair, dtype or hyper-parameter columns, so the summaries of
+    # a gamma sweep concatenated lost which gamma was which.
+    parts = [metrics.summarize(read_results([write_run(tmp_path / str(g), fixture_rows(str(g), gamma=g))]))
+             for g in (2, 4)]
+    both = pd.concat(parts, ignore_index=True)
+    for col in ("task", "target_model", "draft_model", "dtype", "device_name", "git_commit", "gamma", "label"):
+        assert col in both
+    spec = both[both["decoder"] == "speculative"]
+    assert sorted(spec["gamma"].dropna().astype(int)) == [2, 2, 4, 4]     # one row per task per gamma
+    assert spec["gamma"].dtype == "Int64"                                 # written as 2, not 2.0
+    assert "2.0" not in spec[["gamma"]].to_csv()
+
+
+def _tex_rows(tex: str) -> list[list[str]]:
+    """Body rows of a booktabs table (between \\midrule and \\bottomrule), split into cells."""
+    body = tex.split("\\midrule", 1)[1].split("\\bottomrule", 1)[0]
+    return [[c.strip() for c in line.rstrip("\\ ").split("&")] for line in body.strip().splitlines()]
+
+
+def test_race_latex_table_has_one_row_per_decoder(tmp_path):
+    # Issue 15 acceptance: main.tex of the 9-decoder race was one row of 38 `l` columns.
+    if not RACE.joinpath("results.jsonl").is_file():
+        pytest.skip("reference race rows not present")
+    report.write_report([RACE], tmp_path / "rep")
+    tex = (tmp_path / "rep" / "main.tex").read_text()
+    decoders = list(dict.fromkeys(json.loads(line)["decoder"] for line in RACE.joinpath("results.jsonl").open()))
+    assert len(decoders) == 9
+    spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", tex).group(1)
+    assert spec == "l" + "r" * 5                                   # decoder | tok/s speedup tau alpha eq.
+    rows = _tex_rows(tex)
+    assert [r[0].replace("\\_", "_") for r in rows] == decoders    # decoders as rows, in run order
+    assert all(len(r) == len(spec) for r in rows)
+    assert tex.count("\\toprule") == tex.count("\\midrule") == tex.count("\\bottomrule") == 1
+    assert r"$\tau$" in tex and r"95\% CI" in tex
+    header = tex.split("\\toprule", 1)[1].split("\\midrule", 1)[0]
+    assert header.count("\\\\") == 1                                # one header line
+    md = (tmp_path / "rep" / "main.md").read_text().splitlines()
+    assert len(md) == 2 + 9 and md[1].startswith("|---|---:")      # same shape, numbers right-aligned
+
+
+def test_committed_race_report_is_current():
+    """results/reference/race20_cpu/report was regenerated with this code (decoders as rows)."""
+    tex = RACE / "report" / "main.tex"
+    if not tex.is_file():
+        pytest.skip("reference race report not present")
+    assert len(_tex_rows(tex.read_text())) == 9
+
+
+@pytest.mark.parametrize("task, column, cats", [
+    ("mt_bench", "category", ["writing", "roleplay", "reasoning", "math"]),
+    ("spec_bench", "subtask", ["mt_bench", "translation", "summarization", "qa"]),
+])
+def test_per_category_tables(task, column, cats, tmp_path):
+    rows = fixture_rows("c", tasks=[task], n=8, turns=2, spec_factor=[1.5, 2.0, 2.5, 3.0] * 2)
+    for r in rows:
+        r[column] = cats[int(r["sample_id"].rsplit("/", 1)[1]) % 4]
+    written = report.write_report([write_run(tmp_path / "run", rows)], tmp_path / "rep")
+    assert {"category.md", "category.tex", "category.csv"} <= set(written)
+    md = (tmp_path / "rep" / "category.md").read_text().splitlines()
+    assert md[0] == "| decoder | " + " | ".join(cats) + " | overall |"
+    spec = next(line for line in md if line.startswith("| speculative"))
+    assert [c.strip() for c in spec.strip("|").split("|")][1:] == ["1.50", "2.00", "2.50", "3.00", "2.25"]
+    assert len(_tex_rows((tmp_path / "rep" / "category.tex").read_text())) == 2
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def test_report_plots_draws_every_figure(sweep, tmp_path):
+    written = report.write_report([sweep], tmp_path / "rep", plots=True)
+    figs = {k.split("/")[1].rsplit(".", 1)[0] for k in written if k.startswith("figures/")}
+    assert figs == set(plots.FIGURES)
+    for name in figs:
+        for ext in (".png", ".pdf"):
+            p = tmp_path / "rep" / "figures" / f"{name}{ext}"
+            assert p.is_file() and p.stat().st_size > 1000
+
+
+def test_figures_without_timers_or_pools_are_skipped_with_a_note(tmp_path, caplog):
+    run = write_run(tmp_path / "run", fixture_rows("a", timers=False))
+    with caplog.at_level(logging.INFO, logger="plots"):
+        written = report.write_report([run], tmp_path / "rep", plots=True)
+    figs = {k for k in written if k.startswith("figures/")}
+    assert "figures/time_breakdown.png" not in figs and "figures/warm_vs_cold.png" not in figs
+    assert "figures/tokens_per_s_vs_param.png" not in figs  # nothing swept
+    assert "figures/speedup_by_task.png" in figs
+    assert "time_breakdown skipped" in caplog.text and "warm_vs_cold skipped" in caplog.text
+
+
+@pytest.fixture()
+def frames(sweep):
+    rows = report.load_rows([sweep])
+    agg = metrics.aggregate(rows)
+    return rows, agg, report.figure_frames(rows, agg)
+
+
+def test_figures_are_readable(frames):
+    # Issue 15.4: legends over the bars, repeating colours, `ngram_size=3.0`, ticks like 2.5, no error bars on
+    # tau, no model pair / dtype / hardware on any figure.
+    rows, agg, fr = frames
+    sub = report.subtitle(agg)
+    assert sub == "target-7b / draft-1b · float32 · test cpu · humaneval (4 samples), mbpp (4 samples)"
+    for name, (fn, needs) in plots.FIGURES.items():
+        fig = fn(*[fr[k] for k in needs], subtitle=sub)
+        assert fig is not None, name
+        assert sub in fig._suptitle.get_text(), name
+        fig.canvas.draw()
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            if leg is not None:   # outside the axes, to their right
+                assert leg.get_window_extent().x0 >= ax.get_window_extent().x1 - 1, name
+        plots.plt.close(fig)
+    fig = plots.accept_length_by_decoder(fr["agg"], sub)
+    from matplotlib.container import BarContainer
+
+    bars = [c for c in fig.axes[0].containers if isinstance(c, BarContainer)]
+    assert bars and all(c.errorbar is not None for c in bars)          # error bars on tau
+    plots.plt.close(fig)
+    fig = plots.acceptance_by_position(fr["positions"], sub)
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
+    plots.plt.close(fig)
+
+
+def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):
+    # a lookahead sweep over window_size with two ngram_size values: the legend must say ngram_size=3
+    runs = []
+    for i, (w, n) in enumerate([(4, 3), (8, 3), (4, 4), (8, 4)]):
+        rows = fixture_rows(str(i), tasks=["humaneval"], lookahead_scope="sample")
+        for r in rows:
+            if r["decoder"] == "lookahead":
+                params = {"window_size": w, "ngram_size": n, "guess_set_size": w, "pool_scope": "sample"}
+                r.update(params, decoder_params=json.dumps(params, sort_keys=True))
+        runs.append(write_run(tmp_path / "sweep" / str(i), rows))
+    rows = report.load_rows([tmp_path / "sweep"])
+    agg = metrics.aggregate(rows)
+    fig = plots.tokens_per_s_vs_param(agg, metrics.swept_params(rows), subtitle="s")
+    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "lookahead ngram_size=3" in texts and not any(".0" in t for t in texts)
+    plots.plt.close(fig)
+    colours = plots.palette(25)
+    assert len(set(colours)) == 25 and len(set(plots.palette(12))) == 12
+
+
+# ------------------------------------------------------------------------------------------------ Spec-Bench
+def test_spec_bench_round_trip(tmp_path):
+    from harness.specbench import export_answers, import_answers, spec_bench_speed
+
+    rows = fixture_rows("sb", tasks=["mt_bench"], n=4, turns=2, repeats=2, jitter=0.03, divergent=[2],
+                        categories=["writing", "math"])
+    run = write_run(tmp_path / "run", rows)
+    ours = report.load_rows([run])
+    files = export_answers(ours, tmp_path / "answers")
+    assert sorted(f.name for f in files) == ["target-7b-speculative-float32-temp-0.0.jsonl",
+                                             "target-7b-vanilla-float32-temp-0.0.jsonl"]
+    line = json.loads(files[0].read_text().splitlines()[0])
+    assert {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"} <= set(line)
+    assert line["question_id"] == 0 and line["category"] == "writing"
+    choice = line["choices"][0]
+    assert {"index", "turns", "decoding_steps", "new_tokens", "wall_time", "accept_lengths"} <= set(choice)
+    assert len(line["choices"]) == 2 and len(choice["turns"]) == 2
+    # Spec-Bench's speed.py formulas read them (tokens/s per question = sum tokens / sum time, tau = mean)
+    spec_file = next(f for f in files if "speculative" in f.name)
+    base_file = next(f for f in files if "vanilla" in f.name)
+    sb = spec_bench_speed(spec_file, base_file)
+    assert sb["mean_accept_length"] == pytest.approx(28 / 9)
+    assert sb["speedup"] == pytest.approx(2.0, rel=0.1)
+    # import: the same aggregate as the original rows
+    back = import_answers([tmp_path / "answers"])
+    a = metrics.aggregate(ours).set_index("label")
+    b = metrics.aggregate(metrics.prepare(back)).set_index("label")
+    for col in ("samples", "observations", "replicates", "tokens_per_s", "speedup", "speedup_total",
+                "accept_length", "equal_to_vanilla"):
+        assert b.loc["speculative", col] == pytest.approx(a.loc["speculative", col]), col
+    assert b.loc["speculative", "divergent_samples"] == ["mt_bench/2"]
+    # and our report puts them beside our own run as a separate group
+    written = report.write_report([run], tmp_path / "rep", spec_bench=[tmp_path / "answers"])
+    main = pd.read_csv(written["main.csv"])
+    assert main["group"].nunique() == 2 and any("spec_bench_import" in g for g in main["group"])
+
+
+def test_spec_bench_foreign_answer_files_import(tmp_path):
+    from harness.specbench import import_answers
+
+    def answer(qid, mid, text, tokens, seconds, steps):
+        return json.dumps({"question_id": qid, "category": "qa", "answer_id": "x", "model_id": mid, "tstamp": 0.0,
+                           "choices": [{"index": 0, "turns": [text], "decoding_steps": [steps],
+                                        "new_tokens": [tokens], "wall_time": [seconds],
+                                        "accept_lengths": [tokens / steps] * steps}]}) + "\n"
+
+    d = tmp_path / "model_answer"
+    d.mkdir()
+    (d / "vicuna-7b-vanilla-float16-temp-0.0.jsonl").write_text(
+        answer(1, "vicuna-7b-vanilla-float16-temp-0.0", "a", 100, 10.0, 100)
+        + answer(2, "vicuna-7b-vanilla-float16-temp-0.0", "b", 50, 5.0, 50))
+    (d / "vicuna-7b-sps-68m-float16-temp-0.0.jsonl").write_text(
+        answer(1, "vicuna-7b-sps-68m-float16-temp-0.0", "a", 100, 4.0, 25)
+        + answer(2, "vicuna-7b-sps-68m-float16-temp-0.0", "c", 50, 2.5, 25))
+    rows = import_answers([d])
+    agg = metrics.aggregate(metrics.prepare(rows)).set_index("decoder")
+    sps = agg.loc["vicuna-7b-sps-68m-float16-temp-0.0"]
+    assert sps["speedup"] == pytest.approx((2.5 + 2.0) / 2)
+    assert sps["accept_length"] == pytest.approx(150 / 50)
+    assert sps["equal_to_vanilla"] == 0.5 and sps["dtype"] == "float16"
+    with pytest.raises(ValueError, match="baseline"):
+        import_answers([d / "vicuna-7b-sps-68m-float16-temp-0.0.jsonl"])
+
+
+# ------------------------------------------------------------------------------------------------ CLI, layering
 def test_report_cli(sweep, tmp_path, capsys):
     assert report.main([str(sweep), "--out", str(tmp_path / "cli"), "--cost-ratio", "0.2"]) == 0
     assert "speculative (gamma=8)" in capsys.readouterr().out
@@ -158,68 +499,22 @@ def test_resumed_folder_pairs_across_processes_and_counts_cells_once(tmp_path):
         r["run_id"] = "b"
     err = dict(rows[3], status="error", tokens_per_s=None)
     write_run(tmp_path / "run", rows[:3] + [err] + rows[3:])
-    agg = report.aggregate(report.load_rows([tmp_path / "run"])).set_index("label")
-    assert agg.loc["speculative", "samples"] == 2 and agg.loc["speculative", "failed"] == 0
+    agg = metrics.aggregate(report.load_rows([tmp_path / "run"])).set_index("label")
+    assert agg.loc["speculative", "observations"] == 2 and agg.loc["speculative", "failed"] == 0
     assert agg.loc["speculative", "speedup"] == pytest.approx(2.0)
 
 
-# ------------------------------------------------------------------------------------------------ plots
 def test_acceptance_per_position_docstring_example():
     rows = pd.DataFrame({"label": ["x"], "status": ["ok"], "accepted_per_step": [[2, 0, 4]],
                          "drafted_per_step": [[4, 4, 4]]})
-    t = acceptance_per_position(rows).set_index("position")
+    t = metrics.acceptance_per_position(rows).set_index("position")
     assert t.loc[0, "rate"] == pytest.approx(2 / 3)
     assert t.loc[2, "rate"] == pytest.approx(1 / 3)
     assert t.loc[2, "conditional"] == pytest.approx(1 / 2)
     assert list(t["drafted"]) == [3, 3, 3, 3]
 
 
-def test_make_all_draws_every_figure(sweep, tmp_path):
-    written = make_all([sweep], tmp_path / "figs")
-    assert set(written) == {"speedup_by_task", "accept_length", "acceptance_by_position",
-                            "tokens_per_s_vs_param", "time_breakdown", "warm_vs_cold"}
-    for paths in written.values():
-        for p in paths:
-            assert p.is_file() and p.stat().st_size > 1000
-    assert {p.suffix for p in written["speedup_by_task"]} == {".png", ".pdf"}
-
-
-def test_figures_without_timers_or_pools_are_skipped_with_a_note(tmp_path, caplog):
-    run = write_run(tmp_path / "run", fixture_rows("a", timers=False))
-    with caplog.at_level(logging.INFO, logger="plots"):
-        written = make_all([run], tmp_path / "figs")
-    assert "time_breakdown" not in written and "warm_vs_cold" not in written
-    assert "tokens_per_s_vs_param" not in written  # nothing swept
-    assert "speedup_by_task" in written
-    text = caplog.text
-    assert "time_breakdown skipped" in text and "warm_vs_cold skipped" in text
-
-
-def test_report_and_plots_never_import_torch_or_decoders(sweep, tmp_path):
-    code = f"""
-import sys
-from harness.report import write_report
-from harness.regress import summarize_cells
-from plots.make_all import make_all
-import harness.callbacks, harness.resume
-write_report([{str(sweep)!r}], {str(tmp_path / 'r')!r})
-make_all([{str(sweep)!r}], {str(tmp_path / 'f')!r})
-summarize_cells([{str(sweep)!r}])
-bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'decoders', 'transformers', 'tasks'))
-assert not bad, bad
-print('clean')
-"""
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert "clean" in res.stdout
-    assert (tmp_path / "f" / "speedup_by_task.pdf").is_file()
-
-
 def test_warm_vs_cold_pairs_configs_that_differ_only_in_pool_scope():
-    import json
-
-    from plots import _scope_free_names
-
     def params(scope, w=8):
         return json.dumps({"window_size": w, "ngram_size": 3, "pool_scope": scope}, sort_keys=True)
 
@@ -229,7 +524,61 @@ def test_warm_vs_cold_pairs_configs_that_differ_only_in_pool_scope():
                            params("sample", 2)],
         "pool_scope": [None, "sample", "task", "sample", "task", "sample"],
     })
-    names = _scope_free_names(rows)
+    names = metrics.scope_free_names(rows)
     assert names["lookahead"] == names["lookahead_w8n3g8_warm"] == "lookahead"  # named after the cold one
     assert names["la_w4"] == names["la_w4_warm"] == "la_w4"
     assert names["ouroboros"] == "ouroboros" and names["vanilla"] == "vanilla"
+
+
+def test_report_and_plots_never_import_torch_decoders_or_tasks(sweep, tmp_path):
+    code = f"""
+import sys
+import plots
+assert not [m for m in sys.modules if m.split('.')[0] == 'harness'], 'plots imports the harness'
+from harness.report import write_report
+from harness.regress import summarize_cells
+import harness.callbacks, harness.specbench
+write_report([{str(sweep)!r}], {str(tmp_path / 'r')!r}, plots=True)
+summarize_cells([{str(sweep)!r}])
+bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'decoders', 'transformers', 'tasks'))
+assert not bad, bad
+print('clean')
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert "clean" in res.stdout
+    assert (tmp_path / "r" / "figures" / "speedup_by_task.pdf").is_file()
+
+
+def _imports(folder: Path) -> dict[str, set[str]]:
+    out = {}
+    for path in folder.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        out[str(path.relative_to(ROOT))] = names
+    return out
+
+
+def test_layers_read_bottom_up():
+    # Issue 11.11: report and plots imported each other; harness/ must be imported by nothing below it.
+    for layer in ("decoders", "tasks", "plots"):
+        for path, names in _imports(ROOT / layer).items():
+            assert not [n for n in names if n.split(".")[0] == "harness"], f"{path} imports the harness"
+    report_imports = _imports(ROOT / "harness")["harness/report.py"]
+    assert "plots" in report_imports or any(n.startswith("plots") for n in report_imports) or \
+        "import plots" in (ROOT / "harness" / "report.py").read_text()
+    assert not (ROOT / "plots" / "make_all.py").exists()  # the figures are drawn by the report
+
+
+def test_every_sweep_gets_the_report_callback():
+    from hydra import compose, initialize_config_dir
+
+    from harness.app import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["model=tiny-random"], return_hydra_config=True)
+    assert cfg.hydra.callbacks.report._target_ == "harness.callbacks.ReportCallback"

@@ -1,0 +1,98 @@
+"""A small Python API for notebooks: load a model pair and build decoders by their config names, exactly as
+``run.py`` composes them (``conf/``, Hydra's compose API, so the configs' schemas and defaults apply).
+
+Example (tiny random models; no network)::
+
+    from harness.api import build_decoder, encode, load_pair_by_name
+
+    pair = load_pair_by_name("tiny-random", device="cpu")       # conf/model/tiny-random.yaml
+    decoder = build_decoder("speculative", pair, gamma=3)        # conf/decoder/speculative.yaml + override
+    result = decoder.generate(encode(pair, "def add(a, b):"), max_new_tokens=32)
+    print(result.new_tokens, result.accept_length, pair.tokenizer.decode(list(result.token_ids)))
+
+Timing, pairing with vanilla and result rows are the runner's job (``python run.py``); this module only
+builds the pieces.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Sequence
+
+import hydra
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from decoders.common.stopping import collect_eos_token_ids
+from harness.app import CONF_DIR, available
+from harness.models import ModelPair, load_pair
+
+
+def _value(v: Any) -> str:
+    """A Python value as a Hydra override value."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """The run config ``run.py`` would compose with these command-line ``overrides``."""
+    if GlobalHydra.instance().is_initialized():
+        return compose("config", overrides=list(overrides))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def load_pair_by_name(model: str, device: str = "auto", need_draft: bool = True, **overrides: Any) -> ModelPair:
+    """Load the target/draft pair of ``conf/model/<model>.yaml``.
+
+    Args:
+        model: a config name (``python run.py list model``), e.g. ``"tiny-random"``.
+        device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ...
+        need_draft: also load the draft model.
+        overrides: model settings, e.g. ``dtype="float32"``.
+
+    Raises:
+        ValueError: an unknown model name (the message lists the valid ones).
+    """
+    if model not in available("model"):
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(available('model'))}")
+    cfg = compose_config([f"model={model}", *(f"model.{k}={_value(v)}" for k, v in overrides.items())])
+    return load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=device, need_draft=need_draft)
+
+
+def build_decoder(name: str, pair: ModelPair, **params: Any) -> Any:
+    """The decoder of ``conf/decoder/<name>.yaml`` on ``pair``, with hyper-parameter ``params`` overriding
+    the config's (e.g. ``gamma=3``).
+
+    Returns:
+        An object with ``generate(input_ids, max_new_tokens) -> decoders.types.DecodeResult``.
+
+    Raises:
+        ValueError: an unknown decoder name, or a decoder that needs a draft on a pair without one.
+    """
+    if name not in available("decoder"):
+        raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(available('decoder'))}")
+    cfg = compose_config([f"decoder=[{name}]", *(f"decoder.{name}.{k}={_value(v)}" for k, v in params.items())])
+    dcfg = OmegaConf.to_container(cfg.decoder[name], resolve=True)
+    if dcfg.get("uses_draft") and pair.draft is None:
+        raise ValueError(f"decoder {name} needs a draft model; load a pair with one (need_draft=True)")
+    factory = hydra.utils.instantiate({k: v for k, v in dcfg.items() if k != "uses_draft"})
+    offered = {"target_model": pair.target, "draft_model": pair.draft, "tokenizer": pair.tokenizer,
+               "eos_token_ids": collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)}
+    sig = inspect.signature(factory)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        offered = {k: v for k, v in offered.items() if k in sig.parameters}
+    return factory(**offered)
+
+
+def encode(pair: ModelPair, text: str) -> torch.Tensor:
+    """Token ids of ``text`` (no special tokens added), shape (1, seq_len), int64, on the pair's device."""
+    ids = pair.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+    return ids.to(pair.device)
