@@ -354,7 +354,10 @@ ROOT_KEYS = tuple(f.name for f in dataclasses.fields(RootConfig))
 
 
 def register() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent; done on import of :mod:`harness`)."""
+    """Store every schema in Hydra's ConfigStore (idempotent). Runs on import of this module, which
+    :mod:`harness.app` (hence ``run.py``) imports; code that composes ``conf/`` without it imports this module
+    first (``tests/conftest.py`` does). Not imported by ``harness/__init__``: the report and plots must not
+    pull in ``tasks``."""
     cs = ConfigStore.instance()
     for group, schemas in SCHEMAS.items():
         for name, schema in schemas.items():
