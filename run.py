@@ -6,6 +6,9 @@ Examples:
     python run.py model=tiny-random task.limit=2 decoder=[vanilla,speculative]
     python run.py -m decoder=[vanilla,speculative] decoder.speculative.gamma=2,4,6
     python run.py list [decoder ...]                       # configs with one-line descriptions
+
+A config that cannot run (an unknown name or key, a value out of bounds; :mod:`harness.config`) is refused
+before anything runs: one ``error: ...`` line per problem on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -16,19 +19,35 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from harness.app import check_choices, list_configs, main_job
+from harness.app import ConfigError, list_configs, main_job, precheck
 
 log = logging.getLogger("run")
+#: Exit status of a refused configuration (the shell convention for bad usage).
+CONFIG_ERROR_EXIT = 2
+
+
+def refuse(error: ConfigError) -> None:
+    """Print each line of ``error`` as ``error: ...`` on stderr and exit with :data:`CONFIG_ERROR_EXIT`."""
+    for line in str(error).splitlines():
+        print(f"error: {line}", file=sys.stderr)
+    sys.exit(CONFIG_ERROR_EXIT)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    return main_job(cfg)
+    try:
+        return main_job(cfg)
+    except ConfigError as e:  # a job of a sweep whose values came from the experiment file
+        refuse(e)
+        return None
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["list"]:
         print(list_configs(sys.argv[2:]))
         sys.exit(0)
-    check_choices(sys.argv[1:])
+    try:
+        precheck(sys.argv[1:])
+    except ConfigError as e:
+        refuse(e)
     main()

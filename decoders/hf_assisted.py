@@ -66,7 +66,6 @@ class HFAssistedDecoder:
         assistant_confidence_threshold: float | None = None,
         eos_token_ids: Iterable[int] = (),
         tokenizer: Any = None,
-        **_: object,
     ):
         if draft_model is None:
             raise ValueError("hf_assisted needs a draft model: choose a model pair with a draft")

@@ -85,7 +85,6 @@ class LookaheadDecoder:
         seed: int = 0,
         pool_from_prompt: bool = False,
         eos_token_ids: Iterable[int] = (),
-        **_: object,
     ):
         self.target_model = target_model
         self.window_size = check_int("window_size (W)", window_size, 1)

@@ -346,7 +346,6 @@ class OuroborosDecoder:
         seed: int = 0,
         pool_from_prompt: bool = False,
         eos_token_ids: Iterable[int] = (),
-        **_: object,
     ):
         if draft_model is None:
             raise ValueError("the ouroboros decoder needs a draft model: choose a model pair with a draft")

@@ -51,7 +51,6 @@ class PromptLookupDecoder:
         num_draft_tokens: int = 10,
         min_ngram_size: int = 1,
         eos_token_ids: Iterable[int] = (),
-        **_: object,
     ):
         for name, value, minimum in (("max_ngram_size", max_ngram_size, 1), ("num_draft_tokens", num_draft_tokens, 1),
                                      ("min_ngram_size", min_ngram_size, 1)):

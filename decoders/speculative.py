@@ -54,7 +54,6 @@ class SpeculativeDecoder:
         draft_model: PreTrainedModel | None,
         gamma: int = 4,
         eos_token_ids: Iterable[int] = (),
-        **_: object,
     ):
         if draft_model is None:
             raise ValueError("the speculative decoder needs a draft model: choose a model pair with a draft")

@@ -22,7 +22,7 @@ class VanillaDecoder:
 
     name = "vanilla"
 
-    def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = (), **_: object):
+    def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = ()):
         self.target_model = target_model
         self.eos_token_ids = frozenset(eos_token_ids)
 

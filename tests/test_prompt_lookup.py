@@ -99,7 +99,10 @@ def test_batch_and_length_errors(target, prompt_ids):
         dec.generate(torch.cat([prompt_ids[0], prompt_ids[0]]), 4)
 
 
-def test_accepts_and_ignores_draft_model(target, prompt_ids, vanilla):
-    dec = PromptLookupDecoder(target, draft_model=None)
-    res = dec.generate(prompt_ids[4], 8)
-    assert res.token_ids == vanilla(4, 8) and res.extra["max_ngram_size"] == 3
+def test_refuses_arguments_it_does_not_take(target):
+    """No **kwargs: a draft model (or a misspelt option) is an error, not silently ignored; the app passes
+    only the runner-supplied arguments a constructor names (harness.app.build_decoder)."""
+    with pytest.raises(TypeError, match="draft_model"):
+        PromptLookupDecoder(target, draft_model=None)
+    with pytest.raises(TypeError, match="num_draft_token"):
+        PromptLookupDecoder(target, num_draft_token=4)
