@@ -16,18 +16,17 @@ builds the pieces.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Sequence
 
-import hydra
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from decoders.common.stopping import collect_eos_token_ids
-from harness.app import CONF_DIR, available
+from harness.app import CONF_DIR, available, supplied_arguments
+from harness.app import build_decoder as app_build_decoder
 from harness.models import ModelPair, load_pair
+from tasks.base import encode_prompt
 
 
 def _value(v: Any) -> str:
@@ -83,16 +82,11 @@ def build_decoder(name: str, pair: ModelPair, **params: Any) -> Any:
     dcfg = OmegaConf.to_container(cfg.decoder[name], resolve=True)
     if dcfg.get("uses_draft") and pair.draft is None:
         raise ValueError(f"decoder {name} needs a draft model; load a pair with one (need_draft=True)")
-    factory = hydra.utils.instantiate({k: v for k, v in dcfg.items() if k != "uses_draft"})
-    offered = {"target_model": pair.target, "draft_model": pair.draft, "tokenizer": pair.tokenizer,
-               "eos_token_ids": collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)}
-    sig = inspect.signature(factory)
-    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        offered = {k: v for k, v in offered.items() if k in sig.parameters}
-    return factory(**offered)
+    return app_build_decoder(dcfg, supplied_arguments(pair))
 
 
-def encode(pair: ModelPair, text: str) -> torch.Tensor:
-    """Token ids of ``text`` (no special tokens added), shape (1, seq_len), int64, on the pair's device."""
-    ids = pair.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
-    return ids.to(pair.device)
+def encode(pair: ModelPair, text: str, chat: bool = False) -> torch.Tensor:
+    """Token ids of ``text`` by the tokenizer's own convention (:func:`tasks.base.encode_prompt`, as the
+    runner encodes prompts), shape (1, seq_len), int64, on the pair's device. ``chat``: ``text`` was rendered
+    through the chat template."""
+    return torch.tensor([encode_prompt(pair.tokenizer, text, chat)], dtype=torch.long, device=pair.device)

@@ -183,6 +183,21 @@ def decoder_configs(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     return {"vanilla": raw["vanilla"], **{k: v for k, v in raw.items() if k != "vanilla"}}
 
 
+def build_task(task_cfg: Any) -> Any:
+    """Instantiate ``cfg.task`` (a DictConfig or dict): ``name`` is the config's label, not an argument."""
+    raw = OmegaConf.to_container(task_cfg, resolve=True) if isinstance(task_cfg, DictConfig) else dict(task_cfg)
+    return hydra.utils.instantiate({k: v for k, v in raw.items() if k != "name"})
+
+
+def supplied_arguments(pair: Any, eos_token_ids: set[int] | None = None) -> dict[str, Any]:
+    """What the runner supplies to decoder constructors (:data:`harness.config.RUNNER_SUPPLIED`); the EOS ids
+    default to the tokenizer's and generation config's (:func:`collect_eos_token_ids`)."""
+    if eos_token_ids is None:
+        eos_token_ids = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
+    return {"target_model": pair.target, "draft_model": pair.draft, "eos_token_ids": eos_token_ids,
+            "tokenizer": pair.tokenizer}
+
+
 def build_decoder(dcfg: dict[str, Any], supplied: dict[str, Any]) -> Any:
     """Instantiate one decoder config: ``uses_draft`` stripped, then only the runner-supplied arguments
     (:data:`harness.config.RUNNER_SUPPLIED`) that its constructor names are passed."""
@@ -208,7 +223,7 @@ def main_job(cfg: DictConfig) -> float | None:
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
     # The task is built before any model: missing data fails fast. `name` is the config's label, not an argument.
-    task = hydra.utils.instantiate({k: v for k, v in OmegaConf.to_container(cfg.task).items() if k != "name"})
+    task = build_task(cfg.task)
     if settings.sample_ids is not None:
         settings.select(list(task.samples()))  # unknown ids fail here, before any model loads
     need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
@@ -216,8 +231,7 @@ def main_job(cfg: DictConfig) -> float | None:
                      need_draft=need_draft)
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
     eos |= task_stop_token_ids(task, pair.tokenizer, cfg.model.get("chat_template"))  # e.g. chat turn markers
-    supplied = {"target_model": pair.target, "draft_model": pair.draft, "eos_token_ids": eos,
-                "tokenizer": pair.tokenizer}
+    supplied = supplied_arguments(pair, eos)
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():
         decoders[name] = build_decoder(dcfg, supplied)

@@ -51,7 +51,9 @@ from tasks.cnn_dm import COMPLETION_PROMPT as CNN_DM_COMPLETION_PROMPT
 from tasks.cnn_dm import SOURCE as CNN_DM_SOURCE
 from tasks.gsm8k import COT_EXEMPLARS
 from tasks.gsm8k import SOURCE as GSM8K_SOURCE
+from tasks.humaneval import STOP_STYLES as HUMANEVAL_STOP_STYLES
 from tasks.mbpp import SOURCE as MBPP_SOURCE
+from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -171,6 +173,7 @@ class TaskConfig:
     name: str = MISSING
     data_path: Optional[str] = None
     limit: Optional[int] = field(default=None, metadata=at_least(1))
+    offset: int = field(default=0, metadata=at_least(0))       # skip the first `offset` problems (held-out splits)
     max_new_tokens: int = field(default=MISSING, metadata=at_least(1))
     prompt_style: str = field(default="auto", metadata=one_of(*PROMPT_STYLES))
 
@@ -180,6 +183,7 @@ class HumanEvalConfig(TaskConfig):
     _target_: str = "tasks.humaneval.HumanEval"
     name: str = "humaneval"
     max_new_tokens: int = field(default=512, metadata=at_least(1))
+    stop_style: str = field(default="codex", metadata=one_of(*HUMANEVAL_STOP_STYLES))
     allow_code_execution: bool = False
     timeout_s: float = field(default=10.0, metadata={"gt": 0})
 
@@ -189,6 +193,7 @@ class MBPPConfig(TaskConfig):
     _target_: str = "tasks.mbpp.MBPP"
     name: str = "mbpp"
     data_dir: Optional[str] = None
+    split: str = field(default="test", metadata=one_of(*MBPP_SPLIT_IDS))
     hub_id: Optional[str] = MBPP_SOURCE.hub_id
     max_new_tokens: int = field(default=512, metadata=at_least(1))
     allow_code_execution: bool = False

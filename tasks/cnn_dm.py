@@ -140,7 +140,6 @@ class CNNDailyMail(ChatStops):
         completion_prompt: str = COMPLETION_PROMPT,
         chat_prompt: str = CHAT_PROMPT,
         hub_id: str = SOURCE.hub_id,
-        **_: Any,
     ):
         self.limit = check_limit(limit)
         self.offset = check_offset(offset)

@@ -234,7 +234,6 @@ class GSM8K(ChatStops):
         exemplars_path: str | None = None,
         num_fewshot: int = 8,
         hub_id: str = SOURCE.hub_id,
-        **_: Any,
     ):
         self.limit = check_limit(limit)
         self.offset = check_offset(offset)

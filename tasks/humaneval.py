@@ -105,7 +105,6 @@ class HumanEval(ChatStops):
         stop_style: str = "codex",
         allow_code_execution: bool = False,
         timeout_s: float = 10.0,
-        **_: Any,
     ):
         if data_path is None:
             try:

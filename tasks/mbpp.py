@@ -109,7 +109,6 @@ class MBPP(ChatStops):
         allow_code_execution: bool = False,
         timeout_s: float = 10.0,
         hub_id: str = SOURCE.hub_id,
-        **_: Any,
     ):
         if split not in SPLIT_IDS:
             raise ValueError(f"task.split must be one of {tuple(SPLIT_IDS)}, got {split!r}")

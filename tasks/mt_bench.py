@@ -104,7 +104,6 @@ class MTBench(ChatStops):
         categories: Sequence[str] | None = None,
         max_turns: int | None = None,
         source_url: str | None = None,
-        **_: Any,
     ):
         self.limit = check_limit(limit)
         self.offset = check_offset(offset)

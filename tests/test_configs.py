@@ -373,7 +373,7 @@ def nothing_may_load(monkeypatch):
     monkeypatch.setattr(harness.models, "load_model", boom("load_model"))
     import tasks.humaneval
 
-    monkeypatch.setattr(tasks.humaneval, "_read_jsonl", boom("reading HumanEval data"))
+    monkeypatch.setattr(tasks.humaneval, "read_jsonl", boom("reading HumanEval data"))
 
 
 @pytest.mark.parametrize("overrides,line", [b for b in BOUNDS if not b[0][0].startswith("+")],

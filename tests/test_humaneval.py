@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.app import build_task
+
 from harness.models import build_byte_tokenizer
 from tasks.humaneval import DataNotFoundError, HumanEval
 
@@ -79,7 +81,7 @@ def test_offset_and_stop_style_compose_from_the_config():
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("config", overrides=["task=humaneval", "task.offset=20", "task.limit=40",
                                            "task.stop_style=function"])
-    task = hydra.utils.instantiate(cfg.task)
+    task = build_task(cfg.task)
     assert task.offset == 20 and task.stop_style == "function"
     assert next(task.samples()).sample_id == "HumanEval/20"
 

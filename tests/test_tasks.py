@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from harness.app import build_task
 import torch
 
 from tasks import data as task_data
@@ -595,7 +597,7 @@ def test_task_configs_compose_and_instantiate(name, cls, max_new_tokens):
     with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"task={name}", f"++data_dir={SHARED}", "task.limit=2"])
         assert cfg.task.data_dir == str(SHARED)
-        task = hydra.utils.instantiate(cfg.task)
+        task = build_task(cfg.task)
         default = compose("config", overrides=[f"task={name}"])
     assert isinstance(task, cls) and task.name == name
     assert len(list(task.samples())) == 2
