@@ -12,6 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from decoders.common.sampling import require_sampling_support
 from decoders.common.stopping import collect_eos_token_ids
 from harness.metrics import to_markdown
 from harness.models import load_pair
@@ -77,6 +78,11 @@ def main_job(cfg: DictConfig) -> float | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
+    for name, dcfg in dec_cfgs.items():  # before any model loads: a decoder that cannot sample must not
+        try:                              # silently decode greedily in a sampled run
+            require_sampling_support(name, hydra.utils.get_class(dcfg["_target_"]), settings.sampling)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     # The task is built before any model: missing data fails fast.
     task = hydra.utils.instantiate(cfg.task)
     if settings.sample_ids is not None:
@@ -93,7 +99,7 @@ def main_job(cfg: DictConfig) -> float | None:
     for name, dcfg in dec_cfgs.items():
         factory = hydra.utils.instantiate(dcfg)
         decoders[name] = factory(target_model=pair.target, draft_model=pair.draft, eos_token_ids=eos,
-                                 tokenizer=pair.tokenizer)
+                                 tokenizer=pair.tokenizer, sampling=settings.sampling)
         params[name] = {k: v for k, v in dcfg.items() if k not in NON_PARAM_KEYS}
     env = environment(pair.device, pair.dtype, PROJECT_DIR)
     identity = {

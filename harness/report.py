@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from harness.metrics import paired_speedups
-from harness.resume import CONFIG_FIELDS, latest_rows
+from harness.resume import CONFIG_FIELDS, config_key, latest_rows
 from harness.results import read_results
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,9 @@ def load_rows(paths: Iterable[str | Path]) -> pd.DataFrame:
     for c in CONFIG_FIELDS + ("status", "decoder", "decoder_params", "sample_id"):
         if c not in rows:
             rows[c] = None
-    cfg = rows[["run_dir", *CONFIG_FIELDS]].astype(str).agg("|".join, axis=1)
+    # One id per (run folder, configuration), keyed as resume keys it (missing values and pre-sampling rows
+    # normalised by config_key; pandas 3's astype(str) would keep NaN).
+    cfg = [repr((r["run_dir"], *config_key(r))) for r in rows.to_dict("records")]
     rows["run_id"] = [hashlib.sha1(k.encode()).hexdigest()[:12] for k in cfg]
     rows["model_pair"] = _model_pair(rows)
     rows["label"] = config_labels(rows)
