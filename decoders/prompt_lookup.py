@@ -1,11 +1,21 @@
-"""Prompt lookup decoding: drafts copied from the context by n-gram matching, verified greedily.
+"""Prompt lookup decoding: drafts copied from the context by n-gram matching, verified in one forward.
 
 Saxena 2023, "Prompt Lookup Decoding" (github.com/apoorvumang/prompt-lookup-decoding; transformers'
 ``prompt_lookup_num_tokens``): the draft is the text that followed the most recent earlier occurrence of
 the context's last n-gram (:func:`decoders.common.ngram_pool.find_prompt_lookup_candidates`), so no draft
-model runs. The pending token and the draft go through one target forward; the longest prefix matching
-the target's argmax is accepted plus the target's own next token (greedy case of Leviathan et al. 2023,
-arXiv 2211.17192, Algorithm 1) and rejected entries are cropped from the KV cache.
+model runs. The pending token and the draft go through one target forward and rejected entries are cropped
+from the KV cache.
+
+* Greedy (temperature 0): the longest prefix matching the target's argmax is accepted plus the target's own
+  next token (greedy case of Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1;
+  :func:`decoders.common.verify.greedy_verify`).
+* Sampling (temperature > 0): the draft is deterministic (its draft distribution is one-hot), one candidate
+  per step: each draft token ``x`` is accepted with probability ``target_probs[x]``; at the first rejection
+  the token is drawn from ``target_probs`` with ``x`` removed and renormalised; after a fully accepted draft
+  the bonus token is drawn from ``target_probs``. This is the one-candidate case of SpecInfer's multi-step
+  speculative sampling (arXiv 2305.09781) as lookahead decoding applies it to n-grams
+  (:func:`decoders.common.verify.multi_candidate_verify`), and equally Leviathan et al.'s rule with a one-hot
+  draft distribution. The output is distributed exactly as vanilla sampling's.
 """
 
 from __future__ import annotations
@@ -19,13 +29,14 @@ from transformers import PreTrainedModel
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import crop
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
+from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.common.verify import greedy_verify
+from decoders.common.verify import greedy_verify, multi_candidate_verify
 from decoders.types import DecodeResult, StepRecord
 
 
 class PromptLookupDecoder:
-    """Greedy prompt lookup decoding.
+    """Prompt lookup decoding (greedy, or lossless sampling with deterministic drafts).
 
     Cache invariant between steps: the KV cache holds every committed token except the last one, which is
     fed first in the next forward. A step with no match feeds only that token (a vanilla step).
@@ -37,12 +48,14 @@ class PromptLookupDecoder:
             cut just after an end-of-sequence id.
         min_ngram_size: shortest suffix n-gram tried (1 <= min_ngram_size <= max_ngram_size).
         eos_token_ids: ids that end generation.
+        sampling: greedy (the default) or the sampling settings of the run.
 
     Raises:
         ValueError: on sizes out of range.
     """
 
     name = "prompt_lookup"
+    supports_sampling = True
 
     def __init__(
         self,
@@ -51,6 +64,7 @@ class PromptLookupDecoder:
         num_draft_tokens: int = 10,
         min_ngram_size: int = 1,
         eos_token_ids: Iterable[int] = (),
+        sampling: SamplingConfig = GREEDY,
     ):
         for name, value, minimum in (("max_ngram_size", max_ngram_size, 1), ("num_draft_tokens", num_draft_tokens, 1),
                                      ("min_ngram_size", min_ngram_size, 1)):
@@ -63,16 +77,21 @@ class PromptLookupDecoder:
         self.num_draft_tokens = num_draft_tokens
         self.min_ngram_size = min_ngram_size
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.sampling = sampling
         self._max_positions = getattr(target_model.config, "max_position_embeddings", None)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
+        only source of randomness, required when sampling).
 
         Each step's :class:`~decoders.types.StepRecord` has ``drafted`` = draft tokens verified,
         ``accepted`` = those accepted, ``source = {"prompt_lookup": accepted, "bonus": 1}``.
         """
         check_max_new_tokens(max_new_tokens)
+        check_generator(self.sampling, generator)
+        greedy = self.sampling.greedy
         if input_ids.shape[0] != 1:
             raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         model, device = self.target_model, input_ids.device
@@ -80,7 +99,7 @@ class PromptLookupDecoder:
         prompt_len = len(context)
         cache = new_cache(model)
         logits = forward(model, input_ids, cache, logits_to_keep=1)
-        out = [int(logits[0, -1].argmax())]
+        out = [self.sampling.next_token(logits[0, -1], generator)]
         context.append(out[0])
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
         lookup_steps = 0
@@ -98,7 +117,11 @@ class PromptLookupDecoder:
                     break
             lookup_steps += bool(draft)
             t_logits = forward(model, torch.tensor([[out[-1], *draft]], device=device), cache)
-            n, bonus = greedy_verify(torch.tensor(draft, device=device, dtype=torch.long), t_logits[0].argmax(-1))
+            drafted = torch.tensor(draft, device=device, dtype=torch.long)
+            if greedy:
+                n, bonus = greedy_verify(drafted, t_logits[0].argmax(-1))
+            else:  # one deterministic candidate branch
+                _, n, bonus = multi_candidate_verify(drafted[None], self.sampling.probs(t_logits), generator)
             emitted = [*draft[:n], bonus]
             out.extend(emitted)
             context.extend(emitted)

@@ -1,10 +1,18 @@
-"""Draft-model speculative decoding with greedy verification.
+"""Draft-model speculative decoding, greedy or sampled.
 
 Leviathan, Kalman & Matias 2023 ("Fast Inference from Transformers via Speculative Decoding",
-arXiv 2211.17192, Algorithm 1) and Chen et al. 2023 (arXiv 2302.01318), greedy case: the draft model
-proposes ``gamma`` tokens autoregressively, the target model scores all of them in one forward, the
-longest prefix that matches the target's argmax is accepted, and the target's own next token (the bonus
-token) is appended. Rejected tokens are rolled back from both KV caches.
+arXiv 2211.17192, Algorithm 1) and Chen et al. 2023 (arXiv 2302.01318, Algorithm 2): the draft model
+proposes ``gamma`` tokens autoregressively, the target model scores all of them in one forward, and
+rejected tokens are rolled back from both KV caches.
+
+* Greedy (temperature 0): the longest prefix matching the target's argmax is accepted, then the target's
+  own next token (the bonus token) -- :func:`decoders.common.verify.greedy_verify`.
+* Sampling (temperature > 0): the draft samples each token from its own processed distribution (the same
+  warpers as the target, :class:`decoders.common.sampling.SamplingConfig`), and the target accepts by
+  modified rejection sampling -- accept ``x`` with ``min(1, target_probs[x] / draft_probs[x])``, on rejection
+  resample from ``normalize(max(0, target_probs - draft_probs))``, a bonus token from ``target_probs`` after a
+  fully accepted draft (:func:`decoders.common.verify.rejection_verify`). The output is distributed exactly
+  as vanilla sampling's.
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ from transformers import PreTrainedModel
 
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import crop
+from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.common.verify import greedy_verify
+from decoders.common.verify import greedy_verify, rejection_verify
 from decoders.types import DecodeResult, StepRecord
 
 
@@ -29,7 +38,7 @@ def check_gamma(gamma: int) -> int:
 
 
 class SpeculativeDecoder:
-    """Greedy speculative decoding with a draft model.
+    """Speculative decoding with a draft model (greedy, or lossless sampling by rejection sampling).
 
     Cache invariant between steps: both caches hold KV for every committed token except the last one
     (``pending``), which is fed first in the next forward. After a fully accepted draft the draft cache
@@ -41,12 +50,14 @@ class SpeculativeDecoder:
         gamma: draft tokens per step (>= 1). Near the end the draft is shortened so a step never
             produces more than ``max_new_tokens``.
         eos_token_ids: ids that end generation. Drafting also stops early at an EOS draft token.
+        sampling: greedy (the default) or the sampling settings of the run, applied to both models.
 
     Raises:
         ValueError: if ``gamma < 1`` or ``draft_model`` is missing.
     """
 
     name = "speculative"
+    supports_sampling = True
 
     def __init__(
         self,
@@ -54,6 +65,7 @@ class SpeculativeDecoder:
         draft_model: PreTrainedModel | None,
         gamma: int = 4,
         eos_token_ids: Iterable[int] = (),
+        sampling: SamplingConfig = GREEDY,
     ):
         if draft_model is None:
             raise ValueError("the speculative decoder needs a draft model: choose a model pair with a draft")
@@ -61,20 +73,38 @@ class SpeculativeDecoder:
         self.draft_model = draft_model
         self.gamma = check_gamma(gamma)
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.sampling = sampling
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft may only propose ids the
-        # target can embed.
+        # target can embed and score.
+        self._target_vocab = target_model.get_output_embeddings().out_features
         self._draft_vocab = min(
-            target_model.get_input_embeddings().num_embeddings, draft_model.get_output_embeddings().out_features
+            target_model.get_input_embeddings().num_embeddings, self._target_vocab,
+            draft_model.get_output_embeddings().out_features,
         )
 
+    def _draft_next(self, d_logits: torch.Tensor, generator: torch.Generator | None
+                    ) -> tuple[int, torch.Tensor | None]:
+        """The draft's next token from its last-position logits, and (sampling) the distribution it was
+        drawn from, ``torch.FloatTensor`` of shape ``(target_vocab,)`` (zero beyond the shared ids)."""
+        logits = d_logits[0, -1, : self._draft_vocab]
+        if self.sampling.greedy:
+            return int(logits.argmax()), None
+        probs = torch.zeros(self._target_vocab, dtype=torch.float32, device=logits.device)
+        probs[: self._draft_vocab] = self.sampling.probs(logits)
+        return sample_token(probs, generator), probs
+
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
+        only source of randomness, required when sampling).
 
         Each :class:`StepRecord` carries ``drafted`` (tokens proposed), ``accepted``, ``draft_forwards``
         and the tokens fed to each model.
         """
         check_max_new_tokens(max_new_tokens)
+        check_generator(self.sampling, generator)
+        greedy = self.sampling.greedy
         if input_ids.shape[0] != 1:
             raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         device = input_ids.device
@@ -82,7 +112,7 @@ class SpeculativeDecoder:
         target_cache, draft_cache = new_cache(self.target_model), new_cache(self.draft_model)
 
         logits = forward(self.target_model, input_ids, target_cache, logits_to_keep=1)
-        out = [int(logits[0, -1].argmax())]
+        out = [self.sampling.next_token(logits[0, -1], generator)]
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
         # The draft's prefill (the prompt) is charged to the first drafting step.
         draft_feed = input_ids[0].tolist()
@@ -92,6 +122,7 @@ class SpeculativeDecoder:
             committed = prompt_len + len(out)  # tokens known so far; the last one is pending
             gamma = min(self.gamma, max_new_tokens - len(out) - 1)
             draft_tokens: list[int] = []
+            draft_probs: list[torch.Tensor] = []  # sampling only: what each draft token was drawn from
             draft_forwards = draft_tokens_fed = 0
             if gamma > 0:
                 feed = draft_feed + [out[-1]]
@@ -101,16 +132,23 @@ class SpeculativeDecoder:
                     )
                     draft_forwards += 1
                     draft_tokens_fed += len(feed)
-                    token = int(d_logits[0, -1, : self._draft_vocab].argmax())
+                    token, probs = self._draft_next(d_logits, generator)
                     draft_tokens.append(token)
+                    if probs is not None:
+                        draft_probs.append(probs)
                     if token in self.eos_token_ids:
                         break
                     feed = [token]
             # Verify: pending token + draft, one target forward.
             verify_ids = torch.tensor([[out[-1], *draft_tokens]], device=device)
             t_logits = forward(self.target_model, verify_ids, target_cache)
-            target_argmax = t_logits[0].argmax(-1)
-            n, bonus = greedy_verify(torch.tensor(draft_tokens, device=device, dtype=torch.long), target_argmax)
+            drafted = torch.tensor(draft_tokens, device=device, dtype=torch.long)
+            if greedy:
+                n, bonus = greedy_verify(drafted, t_logits[0].argmax(-1))
+            else:
+                stacked = (torch.stack(draft_probs) if draft_probs
+                           else torch.zeros((0, self._target_vocab), dtype=torch.float32, device=device))
+                n, bonus = rejection_verify(drafted, stacked, self.sampling.probs(t_logits[0]), generator)
             out.extend(draft_tokens[:n])
             out.append(bonus)
             # An EOS among the accepted drafts ends generation, even though the bonus token follows it.

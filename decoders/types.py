@@ -114,12 +114,17 @@ class DecodeResult:
 
 @runtime_checkable
 class Decoder(Protocol):
-    """A lossless greedy decoder for one prompt at a time (batch size 1).
+    """A lossless decoder for one prompt at a time (batch size 1).
 
     ``generate(input_ids, max_new_tokens)`` takes ``input_ids`` as a ``torch.LongTensor`` of shape
     ``(1, prompt_len)`` on the target model's device and returns a :class:`DecodeResult` whose
     ``token_ids`` equal vanilla greedy decoding's (exactly in float32). Decoders that keep state across
     prompts (an n-gram pool) expose ``reset()`` and declare their ``pool_scope``.
+
+    Sampling: a decoder that can sample declares ``supports_sampling = True``, takes ``sampling`` (a
+    ``decoders.common.sampling.SamplingConfig``) at construction and ``generator=`` (a ``torch.Generator``,
+    its only source of randomness) in ``generate``; at temperature > 0 its output is distributed exactly as
+    vanilla sampling's. Other decoders are refused for sampled runs.
     """
 
     name: str

@@ -1,4 +1,11 @@
-"""Vanilla greedy decoding with a KV cache: the reference every other decoder must reproduce."""
+"""Vanilla decoding with a KV cache: the reference every other decoder must reproduce.
+
+Greedy (temperature 0): the argmax at every step; other decoders must produce exactly these tokens in
+float32. Sampling (temperature > 0): each token is drawn from the target's processed distribution
+(:meth:`decoders.common.sampling.SamplingConfig.probs`: transformers' temperature / top-k / top-p warpers),
+the distribution every lossless sampling decoder must reproduce -- ancestral sampling, as transformers'
+``generate(do_sample=True)`` does.
+"""
 
 from __future__ import annotations
 
@@ -8,49 +15,65 @@ import torch
 from transformers import PreTrainedModel
 
 from decoders.common.forward import forward, new_cache
+from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.types import DecodeResult, StepRecord
 
 
 class VanillaDecoder:
-    """Greedy decoding, one target forward per new token (the prompt's prefill is step 0).
+    """One target forward per new token (the prompt's prefill is step 0).
 
     Args:
         target_model: the transformers causal LM to decode with.
         eos_token_ids: ids that end generation (see :func:`decoders.common.stopping.collect_eos_token_ids`).
+        sampling: greedy (the default) or the sampling settings of the run.
     """
 
     name = "vanilla"
+    supports_sampling = True
 
-    def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = ()):
+    def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = (),
+                 sampling: SamplingConfig = GREEDY):
         self.target_model = target_model
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.sampling = sampling
+
+    def _next(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """The next token, ``torch.LongTensor`` of shape ``(1, 1)`` on the logits' device, from the last
+        position's logits ``(1, n, vocab_size)``."""
+        if self.sampling.greedy:
+            return logits[:, -1:].argmax(-1)
+        return torch.multinomial(self.sampling.probs(logits[0, -1]), 1, generator=generator).view(1, 1)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
-        """Decode greedily.
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                 generator: torch.Generator | None = None) -> DecodeResult:
+        """Decode greedily, or by sampling when the decoder's ``sampling`` has ``temperature > 0``.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
             max_new_tokens: upper bound on new tokens, >= 1.
+            generator: the ``torch.Generator`` (on the target's device) every random draw comes from; required
+                when sampling, unused when greedy.
 
         Returns:
             :class:`DecodeResult` with ``accept_length`` exactly 1.0.
 
         Raises:
-            ValueError: if ``max_new_tokens < 1`` or the batch size is not 1.
+            ValueError: if ``max_new_tokens < 1``, the batch size is not 1, or sampling without a generator.
         """
         check_max_new_tokens(max_new_tokens)
+        check_generator(self.sampling, generator)
         if input_ids.shape[0] != 1:
             raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         cache = new_cache(self.target_model)
         logits = forward(self.target_model, input_ids, cache, logits_to_keep=1)
-        token = logits[:, -1:].argmax(-1)
+        token = self._next(logits, generator)
         out = [int(token)]
         steps = [StepRecord(target_tokens_fed=input_ids.shape[1], emitted=1, source={"bonus": 1})]
         while len(out) < max_new_tokens and out[-1] not in self.eos_token_ids:
             logits = forward(self.target_model, token, cache, logits_to_keep=1)
-            token = logits[:, -1:].argmax(-1)
+            token = self._next(logits, generator)
             out.append(int(token))
             steps.append(StepRecord(target_tokens_fed=1, emitted=1, source={"bonus": 1}))
         return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps))

@@ -13,6 +13,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from decoders.common.sampling import GREEDY, SamplingConfig, require_sampling_support
 from decoders.common.stopping import collect_eos_token_ids
 from harness.config import (
     CONF_DIR, ConfigError, compose, refuse_group_lists, validate,
@@ -189,13 +190,14 @@ def build_task(task_cfg: Any) -> Any:
     return hydra.utils.instantiate({k: v for k, v in raw.items() if k != "name"})
 
 
-def supplied_arguments(pair: Any, eos_token_ids: set[int] | None = None) -> dict[str, Any]:
+def supplied_arguments(pair: Any, eos_token_ids: set[int] | None = None,
+                       sampling: SamplingConfig = GREEDY) -> dict[str, Any]:
     """What the runner supplies to decoder constructors (:data:`harness.config.RUNNER_SUPPLIED`); the EOS ids
-    default to the tokenizer's and generation config's (:func:`collect_eos_token_ids`)."""
+    default to the tokenizer's and generation config's (:func:`collect_eos_token_ids`), sampling to greedy."""
     if eos_token_ids is None:
         eos_token_ids = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
     return {"target_model": pair.target, "draft_model": pair.draft, "eos_token_ids": eos_token_ids,
-            "tokenizer": pair.tokenizer}
+            "tokenizer": pair.tokenizer, "sampling": sampling}
 
 
 def build_decoder(dcfg: dict[str, Any], supplied: dict[str, Any]) -> Any:
@@ -222,6 +224,11 @@ def main_job(cfg: DictConfig) -> float | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
+    for name, dcfg in dec_cfgs.items():  # before any model loads: a decoder that cannot sample must not
+        try:                              # silently decode greedily in a sampled run
+            require_sampling_support(name, hydra.utils.get_class(dcfg["_target_"]), settings.sampling)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     # The task is built before any model: missing data fails fast. `name` is the config's label, not an argument.
     task = build_task(cfg.task)
     if settings.sample_ids is not None:
@@ -231,7 +238,7 @@ def main_job(cfg: DictConfig) -> float | None:
                      need_draft=need_draft)
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
     eos |= task_stop_token_ids(task, pair.tokenizer, cfg.model.get("chat_template"))  # e.g. chat turn markers
-    supplied = supplied_arguments(pair, eos)
+    supplied = supplied_arguments(pair, eos, settings.sampling)
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():
         decoders[name] = build_decoder(dcfg, supplied)

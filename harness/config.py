@@ -158,6 +158,9 @@ class RunnerConfig:
     warmup: int = field(default=1, metadata=at_least(0))
     warmup_tokens: int = field(default=16, metadata=at_least(1))
     seed: int = field(default=0, metadata=at_least(0))
+    temperature: float = field(default=0.0, metadata=at_least(0.0))   # 0 = greedy; > 0 = sampling (README "Sampling")
+    top_p: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})  # nucleus filtering; 1.0 = off
+    top_k: int = field(default=0, metadata=at_least(0))                # 0 = off
     score: bool = True
     resume: bool = True
     sample_ids: Optional[Any] = None          # a non-empty list of sample ids (checked in validate)
@@ -245,7 +248,7 @@ class SpecBenchConfig(MTBenchConfig):
 # --------------------------------------------------------------------------------------------------
 
 #: Constructor arguments the runner supplies (never config keys).
-RUNNER_SUPPLIED = ("target_model", "draft_model", "eos_token_ids", "tokenizer")
+RUNNER_SUPPLIED = ("target_model", "draft_model", "eos_token_ids", "tokenizer", "sampling")
 #: Config keys of a decoder that are not constructor hyper-parameters.
 DECODER_META_KEYS = ("_target_", "_partial_", "uses_draft")
 
@@ -275,7 +278,13 @@ class HFAssistedConfig(DecoderConfig):
     uses_draft: bool = field(default=True, metadata=FIXED)
     gamma: Optional[int] = field(default=None, metadata=at_least(1))           # num_assistant_tokens
     num_assistant_tokens_schedule: Optional[str] = field(default=None, metadata=one_of(*ASSISTANT_SCHEDULES))
+    # null = transformers' default (0.4); 0 = off (the decoder also takes "off" when built from Python)
     assistant_confidence_threshold: Optional[float] = field(default=None, metadata=between(0.0, 1.0))
+
+
+@dataclass
+class HFGreedyConfig(DecoderConfig):
+    _target_: str = "decoders.hf_assisted.HFGreedyDecoder"
 
 
 @dataclass
@@ -331,6 +340,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "base_decoder_vanilla": VanillaConfig,
         "base_decoder_speculative": SpeculativeConfig,
         "base_decoder_hf_assisted": HFAssistedConfig,
+        "base_decoder_hf_greedy": HFGreedyConfig,
         "base_decoder_lookahead": LookaheadConfig,
         "base_decoder_ouroboros": OuroborosConfig,
         "base_decoder_prompt_lookup": PromptLookupConfig,

@@ -26,7 +26,9 @@ import pandas as pd
 
 #: Row columns that identify a configuration: rows that differ in any of them are never the same cell.
 CONFIG_FIELDS = ("model", "target_model", "draft_model", "dtype", "device_name", "task", "task_version",
-                 "max_new_tokens")
+                 "max_new_tokens", "temperature", "top_p", "top_k", "sampling_seed")
+#: Values of configuration columns that rows written before the column existed mean (greedy decoding).
+CONFIG_DEFAULTS = {"temperature": 0, "top_p": 1, "top_k": 0}
 #: Row columns that identify one cell within a configuration (``turn`` only where a task has turns).
 CELL_FIELDS = CONFIG_FIELDS + ("sample_id", "turn", "repeat", "decoder", "decoder_params")
 #: Statuses that count as done: ``ok`` and the deterministic skip ``prompt_too_long``. ``error`` rows
@@ -51,14 +53,19 @@ def norm(value: Any) -> Any:
     return value
 
 
+def _field(row: Mapping[str, Any], f: str) -> Any:
+    value = norm(row.get(f))
+    return CONFIG_DEFAULTS.get(f) if value is None else value
+
+
 def config_key(row: Mapping[str, Any]) -> tuple:
-    """Key of the configuration a row belongs to (see :data:`CONFIG_FIELDS`)."""
-    return tuple(norm(row.get(f)) for f in CONFIG_FIELDS)
+    """Key of the configuration a row belongs to (see :data:`CONFIG_FIELDS`, :data:`CONFIG_DEFAULTS`)."""
+    return tuple(_field(row, f) for f in CONFIG_FIELDS)
 
 
 def cell_key(row: Mapping[str, Any]) -> tuple:
     """Key of the cell a row fills (see :data:`CELL_FIELDS`)."""
-    return tuple(norm(row.get(f)) for f in CELL_FIELDS)
+    return tuple(_field(row, f) for f in CELL_FIELDS)
 
 
 def repair_trailing_newline(path: str | Path) -> bool:

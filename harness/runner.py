@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from harness.metrics import summarize, to_markdown
 from harness.results import ResultWriter, read_results
 from harness import resume as resume_lib  # resume support (runner.resume)
+from decoders.common.sampling import SamplingConfig, make_generator, sample_seed
 from decoders.types import DecodeResult
 from tasks.base import encode_prompt, task_uses_chat
 from tasks.types import Sample
@@ -45,11 +46,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int) -> tuple[DecodeResult, float]:
-    """Run ``decoder.generate`` between two device synchronizations; return the result and wall seconds."""
+def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
+                   **generate_kwargs: Any) -> tuple[DecodeResult, float]:
+    """Run ``decoder.generate`` between two device synchronizations; return the result and wall seconds.
+    ``generate_kwargs`` (e.g. ``generator`` for sampled runs) are passed through."""
     _sync(input_ids.device)
     t0 = time.perf_counter()
-    result = decoder.generate(input_ids, max_new_tokens)
+    result = decoder.generate(input_ids, max_new_tokens, **generate_kwargs)
     _sync(input_ids.device)
     return result, time.perf_counter() - t0
 
@@ -62,7 +65,11 @@ class RunSettings:
         max_new_tokens: generation budget; ``None`` = the task's default. Must be >= 1.
         warmup: untimed warm-up calls per decoder before the first sample.
         warmup_tokens: ``max_new_tokens`` of each warm-up call.
-        seed: torch seed set before the run.
+        seed: torch seed set before the run; when sampling, also the run seed every cell's generator seed is
+            derived from (:func:`decoders.common.sampling.sample_seed` of seed, sample id, turn, repeat: every
+            decoder of one cell gets the same seed).
+        temperature, top_p, top_k: the sampling settings of every decoder
+            (:class:`decoders.common.sampling.SamplingConfig`); temperature 0 = greedy (the default).
         score: score quality (vanilla's output, plus any decoder whose output differs).
         resume: skip the (sample, decoder) cells of this configuration already done in the folder's
             ``results.jsonl`` and adopt its ``run_id`` (see :mod:`harness.resume`); false = recompute all
@@ -77,6 +84,9 @@ class RunSettings:
     warmup: int = 1
     warmup_tokens: int = 16
     seed: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
     score: bool = True
     resume: bool = True
     sample_ids: list[str] | None = None
@@ -88,6 +98,12 @@ class RunSettings:
                              f"got {self.max_new_tokens!r}")
         if self.warmup < 0:
             raise ValueError(f"runner.warmup must be >= 0, got {self.warmup}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"runner.seed must be an integer >= 0, got {self.seed!r}")
+        try:
+            self.sampling = SamplingConfig(self.temperature, self.top_p, self.top_k)
+        except ValueError as e:
+            raise ValueError(f"runner sampling settings: {e}") from None
         if self.sample_ids is not None:
             if isinstance(self.sample_ids, str) or not isinstance(self.sample_ids, (list, tuple)) \
                     or not self.sample_ids:
@@ -172,7 +188,7 @@ class Runner:
     def _config(self) -> dict[str, Any]:
         """The configuration columns of this run's rows (:data:`harness.resume.CONFIG_FIELDS`)."""
         return {**self.identity, "task": self.task.name, "task_version": getattr(self.task, "version", None),
-                "max_new_tokens": self.max_new_tokens}
+                "max_new_tokens": self.max_new_tokens, **self._sampling_columns()}
 
     def _done(self, sample: Sample, name: str, turn: int) -> bool:
         """Whether the (sample, turn, decoder) cell already has a done row in the folder."""
@@ -206,12 +222,30 @@ class Runner:
         ids = encode_prompt(tokenizer, text, chat=task_uses_chat(self.task, tokenizer, self.chat))
         return torch.tensor([ids], dtype=torch.long, device=self.pair.device)
 
+    # --- sampling support (runner.temperature / top_p / top_k / seed) ------------------------------
+    def _sampling_columns(self) -> dict[str, Any]:
+        """Columns of every row that describe the sampling setting (part of the configuration).
+        ``sampling_seed`` is the run seed when sampling and ``None`` when greedy (no randomness)."""
+        sampling = self.settings.sampling
+        return {**sampling.columns(), "sampling_seed": None if sampling.greedy else self.settings.seed}
+
+    def _generate_kwargs(self, sample_id: Any, turn: int, repeat: int) -> tuple[dict[str, Any], int | None]:
+        """``generate`` keyword arguments of one cell and its seed: a fresh generator seeded by
+        :func:`~decoders.common.sampling.sample_seed` (the same for every decoder of the cell), or nothing
+        when greedy."""
+        if self.settings.sampling.greedy:
+            return {}, None
+        seed = sample_seed(self.settings.seed, sample_id, turn, repeat)
+        return {"generator": make_generator(seed, self.pair.device)}, seed
+    # --- end sampling support ----------------------------------------------------------------------
+
     def _warmup(self, input_ids: torch.Tensor) -> None:
         if self.settings.warmup <= 0:
             return
         for name, decoder in self.decoders.items():
             for _ in range(self.settings.warmup):
-                decoder.generate(input_ids, min(self.settings.warmup_tokens, self.max_new_tokens))
+                kwargs, _ = self._generate_kwargs("warmup", 0, 0)
+                decoder.generate(input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), **kwargs)
             if hasattr(decoder, "reset"):
                 decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
             log.debug("warmed up %s", name)
@@ -232,6 +266,7 @@ class Runner:
             **params,
             "decoder_params": json.dumps(params, sort_keys=True),
             "max_new_tokens": self.max_new_tokens,
+            **self._sampling_columns(),
             "prompt_tokens": prompt_tokens,
         }
 
@@ -313,8 +348,9 @@ class Runner:
             if not self._warmed:
                 self._warmup(input_ids)
                 self._warmed = True
+            generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, row["repeat"])
             try:
-                result, wall = timed_generate(decoder, input_ids, self.max_new_tokens)
+                result, wall = timed_generate(decoder, input_ids, self.max_new_tokens, **generate_kwargs)
             except Exception as e:
                 self.errors += 1
                 log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
@@ -328,6 +364,10 @@ class Runner:
                 reference = result
                 matches, divergence = True, None
                 scores = reference_scores = self._score(sample, completion)
+            elif not self.settings.sampling.greedy:
+                # Sampled outputs are compared in distribution (tests), never token by token.
+                matches, divergence = None, None
+                scores = self._score(sample, completion)
             else:
                 ref = reference.token_ids if reference is not None else None
                 matches = ref is not None and result.token_ids == ref
@@ -342,7 +382,8 @@ class Runner:
                 **result.summary(),
                 "wall_time_s": wall,
                 "tokens_per_s": result.new_tokens / wall if wall > 0 else None,
-                "matches_vanilla": matches,
+                "matches_vanilla": matches if self.settings.sampling.greedy else None,
+                "equality_check": "exact" if self.settings.sampling.greedy else "n/a (sampled)",
                 "first_divergence": divergence,
                 **scores,
                 "status": "ok",

@@ -159,16 +159,8 @@ def _bound_cases():
     return cases
 
 
-#: Bounds the schema enforces that the constructor leaves to transformers, which ignores a bad value silently
-#: (an unknown schedule runs as "constant"). strict: once the constructor checks them, remove the mark.
-SCHEMA_ONLY = {("HFAssistedConfig", "num_assistant_tokens_schedule"), ("HFAssistedConfig", "assistant_confidence_threshold")}
-
-
 @pytest.mark.parametrize("schema,name,good,bad", [
-    pytest.param(*c, id=f"{c[0].__name__}.{c[1]}={c[3]}",
-                 marks=[pytest.mark.xfail(strict=True, reason="constructor does not check it (schema does)")]
-                 if (c[0].__name__, c[1]) in SCHEMA_ONLY else [])
-    for c in _bound_cases()])
+    pytest.param(*c, id=f"{c[0].__name__}.{c[1]}={c[3]}") for c in _bound_cases()])
 def test_schema_bounds_mirror_the_constructor_checks(schema, name, good, bad, target, noisy_draft, eos_ids, tokenizer):
     """At each bound the constructor accepts the value the schema accepts and refuses the one it refuses."""
     supplied = {"target_model": target, "draft_model": noisy_draft, "eos_token_ids": eos_ids, "tokenizer": tokenizer}

@@ -1,11 +1,26 @@
-"""Greedy verification of a linear draft against the target's argmax predictions.
+"""Verification rules: which draft tokens the target model accepts, and the token it emits next.
 
-Follows the greedy special case of speculative decoding (Leviathan et al. 2023, arXiv 2211.17192,
-Algorithm 1; Chen et al. 2023, arXiv 2302.01318): draft token ``i`` is accepted while it equals the
-target's argmax at the previous position; the target's argmax right after the last accepted token is
-the bonus (or correction) token. :func:`branch_verify` applies the same rule to several candidate
-branches verified in one tree forward (SpecInfer, arXiv 2305.09781; lookahead decoding's verification
-branch, arXiv 2402.02057) and keeps the longest accepted one. Sampling verification is not implemented.
+Greedy (temperature 0): :func:`greedy_verify` follows the greedy special case of speculative decoding
+(Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1; Chen et al. 2023, arXiv 2302.01318): draft token ``i``
+is accepted while it equals the target's argmax at the previous position; the target's argmax right after
+the last accepted token is the bonus (or correction) token. :func:`branch_verify` applies the same rule to
+several candidate branches verified in one tree forward (SpecInfer, arXiv 2305.09781; lookahead decoding's
+verification branch, arXiv 2402.02057) and keeps the longest accepted one.
+
+Sampling (temperature > 0), lossless: the emitted tokens are distributed exactly as if sampled from the
+target's processed distribution one at a time.
+
+* :func:`rejection_verify`: a linear draft sampled from the draft model's own distribution -- modified
+  rejection sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2).
+* :func:`multi_candidate_verify`: several candidate branches in one forward, deterministic (n-gram) drafts or
+  a sampled trunk -- SpecInfer's multi-step speculative sampling (Miao et al. 2024, arXiv 2305.09781,
+  section 4.2), which lookahead decoding's sampling mode also follows (Fu et al. 2024, arXiv 2402.02057,
+  section 3.4). One branch of deterministic tokens is prompt lookup's case.
+* :func:`residual_probs`: the shared residual ``normalize(max(0, target_probs - draft_probs))``.
+
+Names: ``draft_probs`` is the distribution the draft token was drawn from, ``target_probs`` the target
+model's processed distribution (:meth:`decoders.common.sampling.SamplingConfig.probs`); never bare p / q,
+whose meaning differs between papers and codebases.
 """
 
 from __future__ import annotations
@@ -77,3 +92,190 @@ def branch_verify(branch_tokens: torch.Tensor, target_argmax: torch.Tensor) -> t
     best = int(accepted.argmax())  # first maximum: the lowest index wins ties
     n = int(accepted[best])
     return best, n, int(target_argmax[best, n])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sampling (temperature > 0)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def residual_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """The distribution to resample from after a rejection: ``normalize(max(0, target_probs - draft_probs))``.
+
+    Leviathan et al. 2023 (arXiv 2211.17192), Algorithm 1, ``p'(x) = norm(max(0, p(x) - q(x)))`` with their
+    ``p`` = ``target_probs`` and ``q`` = ``draft_probs``. With a one-hot ``draft_probs`` at ``x`` (a deterministic
+    draft) this is ``target_probs`` with ``x`` removed and renormalised.
+
+    A rejection is only possible where ``target_probs[x] < draft_probs[x]``, so the residual has positive mass in
+    exact arithmetic; if rounding leaves none, ``target_probs`` itself is returned (it equals ``draft_probs``
+    up to rounding, so nothing better is known).
+
+    Args:
+        target_probs: ``torch.FloatTensor`` of shape ``(vocab_size,)``.
+        draft_probs: ``torch.FloatTensor`` of shape ``(vocab_size,)``.
+
+    Returns:
+        ``torch.FloatTensor`` of shape ``(vocab_size,)`` summing to 1.
+    """
+    residual = (target_probs - draft_probs).clamp_(min=0)
+    total = residual.sum()
+    return residual / total if total > 0 else target_probs
+
+
+def rejection_verify(
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[int, int]:
+    """Modified rejection sampling of a linear draft sampled from the draft model (lossless sampling).
+
+    Leviathan, Kalman & Matias 2023 (arXiv 2211.17192), Algorithm 1; Chen et al. 2023 (arXiv 2302.01318),
+    Algorithm 2. Draft token ``x_i`` (drawn from ``draft_probs[i]``) is accepted with probability
+    ``min(1, target_probs[i, x_i] / draft_probs[i, x_i])``, in order, until the first rejection. At a rejected
+    position ``n`` the next token is drawn from :func:`residual_probs` ``(target_probs[n], draft_probs[n])``;
+    if all ``gamma`` tokens are accepted it is drawn from ``target_probs[gamma]`` (the bonus token). Each
+    emitted token is then distributed exactly as ``target_probs`` at its position.
+
+    Example:
+        ``draft_probs[0] = [0, 0, .5, .5]``, ``target_probs[0] = [0, .5, .25, .25]``, ``draft_tokens = [3]``: 3 is
+        kept with probability ``.25 / .5 = .5``; otherwise the next token is drawn from the residual
+        ``[0, 1, 0, 0]``, i.e. it is 1. Over the draft's own draw (2 or 3, each with .5) the emitted token is
+        1, 2, 3 with probabilities .5, .25, .25: ``target_probs[0]``.
+
+    Args:
+        draft_tokens: ``torch.LongTensor`` of shape ``(gamma,)``, ``gamma >= 0``.
+        draft_probs: ``torch.FloatTensor`` of shape ``(gamma, vocab_size)``: the distributions the draft tokens
+            were drawn from (the draft model's processed distributions).
+        target_probs: ``torch.FloatTensor`` of shape ``(gamma + 1, vocab_size)``: the target's processed
+            distribution after the committed prefix and after each draft token.
+        generator: source of the uniform draws and of the resampled token.
+
+    Returns:
+        ``(num_accepted, next_token)``: ``0 <= num_accepted <= gamma`` and the token emitted after the accepted
+        draft tokens (resampled or bonus).
+
+    Raises:
+        ValueError: on mismatched shapes.
+    """
+    gamma = draft_tokens.shape[0]
+    if tuple(draft_probs.shape[:1]) != (gamma,) or target_probs.shape[0] != gamma + 1 \
+            or draft_probs.shape[-1] != target_probs.shape[-1]:
+        raise ValueError(f"need draft_probs (gamma={gamma}, V) and target_probs (gamma + 1, V), got "
+                         f"{tuple(draft_probs.shape)} and {tuple(target_probs.shape)}")
+    n = gamma
+    if gamma:
+        positions = torch.arange(gamma, device=draft_tokens.device)
+        p_target = target_probs[positions, draft_tokens]
+        p_draft = draft_probs[positions, draft_tokens]
+        uniform = torch.rand(gamma, generator=generator, device=target_probs.device)
+        # u < min(1, p_target / p_draft)  <=>  u * p_draft < p_target  (also when p_draft == 0)
+        rejected = (uniform * p_draft >= p_target).nonzero()
+        n = int(rejected[0, 0]) if rejected.numel() else gamma
+    probs = target_probs[n] if n == gamma else residual_probs(target_probs[n], draft_probs[n])
+    return n, int(torch.multinomial(probs, 1, generator=generator))
+
+
+def multi_candidate_verify(
+    branch_tokens: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+    draft_probs: torch.Tensor | None = None,
+) -> tuple[int, int, int]:
+    """Lossless sampling verification of several candidate branches verified in one forward.
+
+    SpecInfer's multi-step speculative sampling (Miao et al. 2024, arXiv 2305.09781, "MSS"), as lookahead
+    decoding applies it to its n-gram candidates (hao-ai-lab/LookaheadDecoding, ``jacobi_sample_multilevel``,
+    "algorithm modified from specinfer"). The branches form a token tree (branches that share a prefix share
+    those nodes). Starting at the root with ``residual = target_probs`` there, each distinct child token ``x``
+    of the current node is tried in branch order:
+
+    * accept ``x`` with probability ``min(1, residual[x] / draft_probs[x])``; for a deterministic candidate
+      (``draft_probs`` one-hot at ``x``, the default) that is ``residual[x]``;
+    * on rejection, ``residual = residual_probs(residual, draft_probs)`` -- for a deterministic candidate,
+      ``x`` is removed and the rest renormalised -- and the next child is tried.
+
+    An accepted child becomes the current node (``residual`` = the target's distribution after it) and the
+    branches through it stay alive. When every child is rejected, the next token is drawn from ``residual``;
+    at a leaf (a whole branch accepted), from the target's distribution after it (the bonus token). At every
+    node the emitted token is distributed exactly as ``target_probs`` there, so sampled output keeps the
+    target's distribution whatever the candidates are.
+
+    Phase-2 uses: lookahead's n-gram pool and Ouroboros' pool suffixes are deterministic candidates (one-hot);
+    Ouroboros' trunk, sampled from the draft model, is a chain whose nodes have a single sampled child
+    (with ``draft_probs``), i.e. :func:`rejection_verify`'s rule, followed by deterministic suffixes.
+    Requirement for exactness (checked): a child with a non-one-hot ``draft_probs`` (a sampled draft) must be
+    the first child tried at its node -- later deterministic siblings are fine.
+
+    Example:
+        One deterministic branch ``[[4, 2]]`` (prompt lookup), ``target_probs[0, 0] = [.1, .1, .1, .1, .6]``:
+        4 is accepted with probability 0.6; if rejected, the token is drawn from ``[.25, .25, .25, .25, 0]``.
+        Two branches ``[[4, 2], [1, 3]]``: 4 is tried first (0.6), then 1 with probability
+        ``0.1 / 0.4 = 0.25``, then a draw from ``[1/3, 0, 1/3, 1/3, 0]``: overall token 1 keeps ``0.4 * 0.25 = 0.1``.
+
+    Args:
+        branch_tokens: ``torch.LongTensor`` of shape ``(num_branches, branch_len)``; shorter branches are
+            right-padded with ``-1``.
+        target_probs: ``torch.FloatTensor`` of shape ``(num_branches, branch_len + 1, vocab_size)``: row ``b``
+            column ``j`` is the target's processed distribution after the committed prefix plus the branch's
+            first ``j`` tokens (column 0 is the same for every branch).
+        generator: source of the uniform draws and of the resampled token.
+        draft_probs: ``None`` (every candidate deterministic), or ``torch.FloatTensor`` of shape
+            ``(num_branches, branch_len, vocab_size)``: the distribution each branch token was drawn from.
+
+    Returns:
+        ``(branch_index, num_accepted, next_token)``, like :func:`branch_verify`: a branch holding the accepted
+        path (the lowest index among those that do), how many of its tokens were accepted, and the token
+        emitted after them.
+
+    Raises:
+        ValueError: on mismatched shapes, zero branches, or a sampled child that is not tried first.
+    """
+    if branch_tokens.dim() != 2 or branch_tokens.shape[0] == 0:
+        raise ValueError(
+            f"branch_tokens must have shape (num_branches >= 1, branch_len), got {tuple(branch_tokens.shape)}"
+        )
+    num_branches, branch_len = branch_tokens.shape
+    if tuple(target_probs.shape[:2]) != (num_branches, branch_len + 1):
+        raise ValueError(f"target_probs needs shape ({num_branches}, {branch_len + 1}, V), "
+                         f"got {tuple(target_probs.shape)}")
+    if draft_probs is not None and tuple(draft_probs.shape) != (num_branches, branch_len, target_probs.shape[-1]):
+        raise ValueError(f"draft_probs needs shape ({num_branches}, {branch_len}, {target_probs.shape[-1]}), "
+                         f"got {tuple(draft_probs.shape)}")
+    tokens = branch_tokens.tolist()
+    alive = list(range(num_branches))
+    depth = 0
+    while True:
+        node = alive[0]
+        residual = target_probs[node, depth]
+        if depth == branch_len:
+            break
+        tried: set[int] = set()
+        accepted = None
+        for b in alive:
+            x = tokens[b][depth]
+            if x < 0 or x in tried:
+                continue  # padding, or a node already tried (its deterministic retry would be rejected)
+            if draft_probs is None:
+                p_draft_x = 1.0
+                q = None
+            else:
+                q = draft_probs[b, depth]
+                p_draft_x = float(q[x])
+                if p_draft_x < 1.0 and tried:
+                    raise ValueError(f"branch {b} depth {depth}: a sampled draft token must be the first child "
+                                     "tried at its node (order sampled branches before deterministic ones)")
+            tried.add(x)
+            u = float(torch.rand((), generator=generator, device=target_probs.device))
+            if u * p_draft_x < float(residual[x]):
+                accepted = x
+                break
+            if q is None:
+                q = torch.zeros_like(residual)
+                q[x] = 1.0
+            residual = residual_probs(residual, q)
+        if accepted is None:
+            break
+        alive = [b for b in alive if tokens[b][depth] == accepted]
+        depth += 1
+    return alive[0], depth, int(torch.multinomial(residual, 1, generator=generator))

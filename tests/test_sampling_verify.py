@@ -1,0 +1,156 @@
+"""The sampling verification rules keep the target distribution (decoders/common/verify.py).
+
+Synthetic conditional tables stand in for the models: ``T1`` (first token), ``T2[x1]`` (second token), ``T3[x1,
+x2]`` for the target and ``D1``, ``D2[x1]`` for the draft, over 5 ids. Each run draws a draft (or takes fixed
+candidates), verifies it with the rule, and -- when fewer than two tokens were emitted -- continues with a
+plain draw from the target, so the first two emitted tokens must follow ``T1(a) T2[a](b)`` exactly. A
+chi-square test (:mod:`tests.sampling_stats`, false-alarm rate 1e-3 per test, fixed seeds) compares them,
+and the same test must reject the deliberately wrong verifiers.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from decoders.common.verify import multi_candidate_verify, rejection_verify, residual_probs
+from sampling_stats import (ALPHA, MISTAKES, chisquare_pvalue, distribution_pvalue, wrong_multi_candidate_verify,
+                            wrong_rejection_verify)
+
+V = 5
+RUNS = 2000
+
+
+def _table(shape: tuple[int, ...], sharpness: float, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, V, generator=g) * sharpness).softmax(-1)
+
+
+T1, T2, T3 = _table((), 1.5, 0), _table((V,), 1.5, 1), _table((V, V), 1.5, 2)
+# An over-confident draft that mostly agrees with the target: rejections and residual draws both happen.
+D1 = (T1.log() * 2.5).softmax(-1)
+D2 = (T2.log() * 2.5 + torch.randn(V, V, generator=torch.Generator().manual_seed(3)) * 0.3).softmax(-1)
+EXACT = {(a, b): float(T1[a] * T2[a, b]) for a in range(V) for b in range(V)}
+
+
+def _two_tokens(emitted: list[int], g: torch.Generator) -> tuple[int, int]:
+    """The first two tokens, continuing with a plain target draw when only one was emitted."""
+    if len(emitted) == 1:
+        emitted = emitted + [int(torch.multinomial(T2[emitted[0]], 1, generator=g))]
+    return emitted[0], emitted[1]
+
+
+def _counts(run_once) -> collections.Counter:
+    g = torch.Generator().manual_seed(1234)
+    return collections.Counter(run_once(g) for _ in range(RUNS))
+
+
+def _linear_draft_run(verify):
+    def run_once(g):
+        x1 = int(torch.multinomial(D1, 1, generator=g))
+        x2 = int(torch.multinomial(D2[x1], 1, generator=g))
+        n, nxt = verify(torch.tensor([x1, x2]), torch.stack([D1, D2[x1]]), torch.stack([T1, T2[x1], T3[x1, x2]]), g)
+        return _two_tokens([x1, x2][:n] + [nxt], g)
+    return run_once
+
+
+def _target_row(prefix: list[int]) -> torch.Tensor:
+    """The target's distribution after ``prefix`` (past the end of a short branch: never used)."""
+    if any(t < 0 for t in prefix):
+        return T1
+    if not prefix:
+        return T1
+    return T2[prefix[0]] if len(prefix) == 1 else T3[prefix[0], prefix[1]]
+
+
+def _tree_run(verify, branches: list[list[int]]):
+    """Fixed deterministic candidate branches (``-1`` pads), verified in one call."""
+    tokens = torch.tensor(branches)
+    probs = torch.stack([torch.stack([_target_row(b[:j]) for j in range(tokens.shape[1] + 1)]) for b in branches])
+
+    def run_once(g):
+        b, n, nxt = verify(tokens, probs, g)
+        return _two_tokens(branches[b][:n] + [nxt], g)
+    return run_once
+
+
+#: Candidate trees: shared prefixes (argmax -> 1 / argmax -> 2), a duplicate first token (3 twice), a short branch.
+BRANCHES = [[int(T1.argmax()), 1], [int(T1.argmax()), 2], [3, 0], [3, 4], [4, -1]]
+
+
+def test_residual_probs():
+    target = torch.tensor([0.0, 0.5, 0.25, 0.25])
+    draft = torch.tensor([0.0, 0.0, 0.5, 0.5])
+    assert torch.equal(residual_probs(target, draft), torch.tensor([0.0, 1.0, 0.0, 0.0]))
+    one_hot = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    torch.testing.assert_close(residual_probs(target, one_hot), torch.tensor([0.0, 0.0, 0.5, 0.5]))
+    assert torch.equal(residual_probs(target, target), target)  # no mass left: the target itself
+
+
+def test_rejection_verify_keeps_target_distribution():
+    assert distribution_pvalue(_counts(_linear_draft_run(rejection_verify)), EXACT) > ALPHA
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_rejection_test_rejects_wrong_verifier(mistake):
+    assert distribution_pvalue(_counts(_linear_draft_run(wrong_rejection_verify(mistake))), EXACT) < ALPHA
+
+
+@pytest.mark.parametrize("branches", [BRANCHES, [BRANCHES[0]], [[3, 4]]], ids=["tree", "argmax-chain", "chain"])
+def test_multi_candidate_verify_keeps_target_distribution(branches):
+    assert distribution_pvalue(_counts(_tree_run(multi_candidate_verify, branches)), EXACT) > ALPHA
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_multi_candidate_test_rejects_wrong_verifier(mistake):
+    counts = _counts(_tree_run(wrong_multi_candidate_verify(mistake), BRANCHES))
+    assert distribution_pvalue(counts, EXACT) < ALPHA
+
+
+def test_sampled_trunk_with_deterministic_suffixes():
+    """Ouroboros' phase-2 shape: a trunk sampled from the draft (a single child per node, with its
+    draft_probs) followed by deterministic suffix candidates, all in one call."""
+    def run_once(g):
+        x1 = int(torch.multinomial(D1, 1, generator=g))
+        x2 = int(torch.multinomial(D2[x1], 1, generator=g))
+        suffixes = [s for s in (int(T2[x1].argmax()), 0) if s != x2] or [0]
+        tokens = torch.tensor([[x1, x2]] + [[x1, s] for s in suffixes])
+        one_hot = torch.eye(V)
+        draft = torch.stack([torch.stack([D1, D2[x1]])] + [torch.stack([D1, one_hot[s]]) for s in suffixes])
+        target = torch.stack([torch.stack([T1, T2[x1], T3[x1, int(t)]]) for t in tokens[:, 1]])
+        b, n, nxt = multi_candidate_verify(tokens, target, g, draft_probs=draft)
+        return _two_tokens(tokens[b, :n].tolist() + [nxt], g)
+    assert distribution_pvalue(_counts(run_once), EXACT) > ALPHA
+
+
+def test_sampled_child_must_come_first():
+    tokens = torch.tensor([[0], [1]])
+    draft = torch.stack([torch.eye(V)[0][None], D1[None]])  # deterministic 0, then a sampled 1
+    target = torch.stack([torch.stack([torch.full((V,), 1 / V)] * 2)] * 2)
+    target[0, 0] = torch.tensor([0.0, 0.25, 0.25, 0.25, 0.25])  # 0 is always rejected: 1 gets tried
+    with pytest.raises(ValueError, match="first child"):
+        multi_candidate_verify(tokens, target, torch.Generator().manual_seed(0), draft_probs=draft)
+
+
+def test_docstring_example_two_candidates():
+    """``[[4, 2], [1, 3]]`` with first-position target [.1, .1, .1, .1, .6]: token 1 keeps probability 0.1."""
+    first = torch.tensor([0.1, 0.1, 0.1, 0.1, 0.6])
+    target = torch.stack([torch.stack([first, T2[4], T3[4, 2]]), torch.stack([first, T2[1], T3[1, 3]])])
+    g = torch.Generator().manual_seed(7)
+    counts = collections.Counter()
+    for _ in range(RUNS):
+        b, n, nxt = multi_candidate_verify(torch.tensor([[4, 2], [1, 3]]), target, g)
+        counts[[[4, 2], [1, 3]][b][0] if n else nxt] += 1
+    assert chisquare_pvalue(counts, dict(enumerate(first.tolist()))) > ALPHA
+
+
+def test_shapes_refused():
+    g = torch.Generator()
+    with pytest.raises(ValueError):
+        rejection_verify(torch.tensor([1, 2]), torch.zeros(1, V), torch.zeros(3, V), g)
+    with pytest.raises(ValueError):
+        multi_candidate_verify(torch.tensor([[1, 2]]), torch.zeros(1, 2, V), g)
+    with pytest.raises(ValueError):
+        multi_candidate_verify(torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, 3, V), g)
