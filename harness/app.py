@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from decoders.common.stopping import collect_eos_token_ids
 from harness.metrics import to_markdown
 from harness.models import load_pair
+from harness.resume import ResumeMismatchError
 from harness.results import environment
 from harness.runner import NON_PARAM_KEYS, RunSettings, Runner
 
@@ -71,10 +72,46 @@ def decoder_configs(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     return {"vanilla": raw["vanilla"], **{k: v for k, v in raw.items() if k != "vanilla"}}
 
 
+def build_decoder(dcfg: dict[str, Any], supplied: dict[str, Any]) -> Any:
+    """Instantiate one decoder config: ``uses_draft`` stripped, then only the runner-supplied arguments
+    (:data:`harness.config.RUNNER_SUPPLIED`) that its constructor names are passed."""
+    factory = hydra.utils.instantiate({k: v for k, v in dcfg.items() if k != "uses_draft"})
+    params = inspect.signature(factory.func).parameters
+    return factory(**{k: v for k, v in supplied.items() if k in params})
+
+
+#: Exit statuses of a run (``python run.py``).
+EXIT_FAILED_CELLS = 1      # some cells raised (status=error); the others are in the rows and summary
+EXIT_REFUSED = 2           # the run folder holds another run's rows (resume refused); nothing was written
+EXIT_NOTHING_MEASURED = 3  # no cell was measured (all prompt_too_long / empty_prompt / error)
+EXIT_INTERRUPTED = 130     # Ctrl-C; the finished cells are summarised
+
+
+def _stop_quietly_on_ctrl_c() -> None:
+    """Ctrl-C outside the runner's cell loop (loading models, building decoders) ends the process with one
+    line instead of a traceback (Python then exits by SIGINT, status 130 in the shell). The runner catches
+    Ctrl-C itself while it runs cells: it finishes the row being written, summarises the finished cells and
+    exits with :data:`EXIT_INTERRUPTED`."""
+    previous = sys.excepthook
+    if getattr(previous, "quiet_ctrl_c", False):
+        return
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if issubclass(exc_type, KeyboardInterrupt):
+            print("interrupted (Ctrl-C) outside the measurement loop; rows already written are kept",
+                  file=sys.stderr)
+        else:
+            previous(exc_type, exc, tb)
+
+    hook.quiet_ctrl_c = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
 def main_job(cfg: DictConfig) -> float | None:
     """Run one job; returns the best non-vanilla speedup (for Hydra sweepers) or None."""
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    _stop_quietly_on_ctrl_c()
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
     # The task is built before any model: missing data fails fast.
@@ -89,11 +126,11 @@ def main_job(cfg: DictConfig) -> float | None:
     pair = load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=cfg.get("device", "auto"),
                      need_draft=need_draft)
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
+    supplied = {"target_model": pair.target, "draft_model": pair.draft, "eos_token_ids": eos,
+                "tokenizer": pair.tokenizer}
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():
-        factory = hydra.utils.instantiate(dcfg)
-        decoders[name] = factory(target_model=pair.target, draft_model=pair.draft, eos_token_ids=eos,
-                                 tokenizer=pair.tokenizer)
+        decoders[name] = build_decoder(dcfg, supplied)
         params[name] = {k: v for k, v in dcfg.items() if k not in NON_PARAM_KEYS}
     env = environment(pair.device, pair.dtype, PROJECT_DIR)
     identity = {
@@ -104,16 +141,33 @@ def main_job(cfg: DictConfig) -> float | None:
         "device": env["device"],
         "device_name": env["device_name"],
         "git_commit": env["git_commit"],
+        "git_dirty": env["git_dirty"],
+        "cpu_model": env["cpu_model"],
     }
-    (run_dir / "meta.json").write_text(json.dumps(
-        {"config": OmegaConf.to_container(cfg, resolve=True), "environment": env,
-         "eos_token_ids": sorted(eos)}, indent=1))
-    runner = Runner(task, pair, decoders, params, settings, run_dir, identity, chat=cfg.model.get("chat_template"))
+    try:  # checks the folder against this run's identity, then writes meta.json
+        runner = Runner(task, pair, decoders, params, settings, run_dir, identity,
+                        chat=cfg.model.get("chat_template"), config=OmegaConf.to_container(cfg, resolve=True),
+                        environment=env, meta={"eos_token_ids": sorted(eos)},
+                        draft_users=[n for n, c in dec_cfgs.items() if c.get("uses_draft")])
+    except ResumeMismatchError as e:
+        for line in str(e).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
     summary = runner.run()
     print(f"\n{run_dir}/summary.md\n" + (run_dir / "summary.md").read_text())
+    if runner.interrupted:
+        print(f"interrupted (Ctrl-C): cells measured: {runner.measured}; summary of the finished cells in "
+              f"{run_dir}/summary.md; rerun the same command to resume", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    if runner.measured == 0:
+        counts = ", ".join(f"{n} {s}" for s, n in runner.status_counts.items()) or "no cells"
+        print(f"error: nothing was measured ({counts}; reasons in the rows' `reason` column of "
+              f"{runner.writer.path}). A prompt_too_long cell needs a smaller runner.max_new_tokens or a model with a "
+              "longer context; an empty_prompt cell needs a non-empty prompt in the task's data.", file=sys.stderr)
+        sys.exit(EXIT_NOTHING_MEASURED)
     if runner.errors:
         log.error("%d (sample, decoder) cells failed; see status/reason in %s", runner.errors, runner.writer.path)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED_CELLS)
     if "speedup" not in summary:
         return None
     others = summary[summary["decoder"] != "vanilla"]["speedup"]
