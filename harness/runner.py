@@ -13,7 +13,8 @@ Measurement design (DESIGN.md 2b.5; issue 11 items 7-9):
   intervals over run-to-run noise; each repeat's output is compared with vanilla's output of the same
   sample (vanilla greedy is deterministic, so any repeat is the reference).
 * **Machine load.** Each row records the 1-minute load average before and after its timed call, the CPU
-  count and the affinity count; the summary warns when the load exceeded the usable cores.
+  count and the affinity count; the summary warns when the load exceeded the usable cores (by more than
+  :data:`LOAD_MARGIN`).
 * **Shards.** ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included, so
   every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
 * **Interrupts.** Ctrl-C (SIGINT) stops after the cell in progress is abandoned (a row being written is
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 NON_PARAM_KEYS = {"_target_", "_partial_", "uses_draft"}
 #: ``runner.order`` choices.
 ORDERS = ("rotate", "fixed")
+#: The summary warns when the 1-minute load average exceeded the usable cores by more than this: the run's own
+#: threads (up to one per core) load the machine up to the core count, anything above is other work.
+LOAD_MARGIN = 0.5
 #: How ``runner.order=rotate`` orders the decoders (recorded in ``meta.json``).
 ROTATION_RULE = ("for sample_index i and repeat r, position p runs decoders[(i + r + p) % len(decoders)] "
                  "(decoders as listed, vanilla first)")
@@ -613,7 +617,7 @@ class Runner:
             peak = ok[loads].max(axis=1)
             cores = ok["cpu_affinity"] if "cpu_affinity" in ok else ok.get("cpu_count")
             if cores is not None:
-                over = peak > pd.to_numeric(cores, errors="coerce")
+                over = peak > pd.to_numeric(cores, errors="coerce") + LOAD_MARGIN
                 if over.any():
                     out.append(f"warning: machine load: the 1-minute load average reached {peak.max():.1f} on "
                                f"{int(pd.to_numeric(cores, errors='coerce').max())} usable cores ({int(over.sum())} of "
