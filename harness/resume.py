@@ -47,11 +47,11 @@ from harness.results import read_results
 log = logging.getLogger(__name__)
 
 #: Row columns that identify a configuration: rows that differ in any of them are never the same cell.
-#: ``run_identity`` covers all the others (and much more); the rest stay for rows of older versions.
-CONFIG_FIELDS = ("run_identity", "model", "target_model", "draft_model", "dtype", "device_name", "task",
-                 "task_version", "max_new_tokens")
-#: Row columns that identify one cell within a configuration (``turn`` only where a task has turns).
-CELL_FIELDS = CONFIG_FIELDS + ("sample_id", "turn", "repeat", "decoder", "decoder_params")
+#: (The ``run_identity`` column covers all of them and much more; see the module docstring.)
+CONFIG_FIELDS = ("model", "target_model", "draft_model", "dtype", "device_name", "task", "task_version",
+                 "max_new_tokens")
+#: Row columns that identify one cell (``turn`` only where a task has turns).
+CELL_FIELDS = ("run_identity",) + CONFIG_FIELDS + ("sample_id", "turn", "repeat", "decoder", "decoder_params")
 #: Statuses that count as done: ``ok`` and the deterministic skips. ``error`` rows are retried.
 DONE_STATUSES = ("ok", "prompt_too_long", "empty_prompt")
 #: Config keys (dotted) left out of the run identity: they change neither outputs nor timing.

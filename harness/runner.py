@@ -19,7 +19,7 @@ Measurement design (DESIGN.md 2b.5; issue 11 items 7-9):
   every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
 * **Interrupts.** Ctrl-C (SIGINT) stops after the cell in progress is abandoned (a row being written is
   finished first), the summary of the finished cells is written, and :attr:`Runner.interrupted` is set.
-* **Skips.** A prompt that encodes to 0 tokens gets ``status=empty_prompt``; prompt + ``max_new_tokens``
+* **Skips.** An empty prompt (no text, or 0 tokens) gets ``status=empty_prompt``; prompt + ``max_new_tokens``
   beyond the target's context (or the draft's, for decoders that use the draft) gets
   ``status=prompt_too_long``; both with a ``reason``, never an exception.
 """
@@ -348,11 +348,12 @@ class Runner:
         ids = self.pair.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
         return ids.to(self.pair.device)
 
-    def _skip(self, name: str, prompt_tokens: int) -> tuple[str, str] | None:
-        """``(status, reason)`` when a cell cannot run: empty prompt, or too long for a model's context."""
-        if prompt_tokens == 0:
-            return "empty_prompt", ("the rendered prompt encodes to 0 tokens: there is nothing to condition on "
-                                    "(check the task's data for an empty prompt)")
+    def _skip(self, name: str, text: str, prompt_tokens: int) -> tuple[str, str] | None:
+        """``(status, reason)`` when a cell cannot run: empty prompt (no text, or 0 tokens -- a tokenizer that
+        adds BOS would turn an empty text into BOS alone), or too long for a model's context."""
+        if not text or prompt_tokens == 0:
+            return "empty_prompt", (f"the rendered prompt is empty ({len(text)} characters, {prompt_tokens} tokens): "
+                                    "there is nothing to condition on (check the task's data for an empty prompt)")
         total = prompt_tokens + self.max_new_tokens
         for role, ctx, model in (("target", self.context_length, self.pair.target_name),
                                  ("draft", self.draft_context_length if name in self.draft_users else 0,
@@ -519,7 +520,7 @@ class Runner:
             row = self._base_row(sample, index, name, turn, repeat, position, int(input_ids.shape[1]))
             if turn > 0:
                 row["prompt_matches_vanilla"] = text == vanilla_prompt
-            skip = self._skip(name, row["prompt_tokens"])
+            skip = self._skip(name, text, row["prompt_tokens"])
             if skip is not None:
                 self._write({**row, "status": skip[0], "reason": skip[1]})
                 log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, skip[1])
