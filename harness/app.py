@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from harness.config import (
 )
 from harness.metrics import to_markdown
 from harness.models import load_pair
+from harness.resume import ResumeMismatchError
 from harness.results import environment
 from harness.runner import NON_PARAM_KEYS, RunSettings, Runner
 from tasks.base import task_stop_token_ids
@@ -212,6 +212,33 @@ def _choices() -> dict[str, Any] | None:
     return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else None
 
 
+#: Exit statuses of a run (``python run.py``).
+EXIT_FAILED_CELLS = 1      # some cells raised (status=error); the others are in the rows and summary
+EXIT_REFUSED = 2           # the run folder holds another run's rows (resume refused); nothing was written
+EXIT_NOTHING_MEASURED = 3  # no cell was measured (all prompt_too_long / empty_prompt / error)
+EXIT_INTERRUPTED = 130     # Ctrl-C; the finished cells are summarised
+
+
+def _stop_quietly_on_ctrl_c() -> None:
+    """Ctrl-C outside the runner's cell loop (loading models, building decoders) ends the process with one
+    line instead of a traceback (Python then exits by SIGINT, status 130 in the shell). The runner catches
+    Ctrl-C itself while it runs cells: it finishes the row being written, summarises the finished cells and
+    exits with :data:`EXIT_INTERRUPTED`."""
+    previous = sys.excepthook
+    if getattr(previous, "quiet_ctrl_c", False):
+        return
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if issubclass(exc_type, KeyboardInterrupt):
+            print("interrupted (Ctrl-C) outside the measurement loop; rows already written are kept",
+                  file=sys.stderr)
+        else:
+            previous(exc_type, exc, tb)
+
+    hook.quiet_ctrl_c = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
 def main_job(cfg: DictConfig) -> float | None:
     """Run one job; returns the best non-vanilla speedup (for Hydra sweepers) or None.
 
@@ -222,6 +249,7 @@ def main_job(cfg: DictConfig) -> float | None:
     cfg = validate(cfg, choices=_choices())
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    _stop_quietly_on_ctrl_c()
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
     for name, dcfg in dec_cfgs.items():  # before any model loads: a decoder that cannot sample must not
@@ -252,16 +280,33 @@ def main_job(cfg: DictConfig) -> float | None:
         "device": env["device"],
         "device_name": env["device_name"],
         "git_commit": env["git_commit"],
+        "git_dirty": env["git_dirty"],
+        "cpu_model": env["cpu_model"],
     }
-    (run_dir / "meta.json").write_text(json.dumps(
-        {"config": OmegaConf.to_container(cfg, resolve=True), "environment": env,
-         "eos_token_ids": sorted(eos)}, indent=1))
-    runner = Runner(task, pair, decoders, params, settings, run_dir, identity, chat=cfg.model.get("chat_template"))
+    try:  # checks the folder against this run's identity, then writes meta.json
+        runner = Runner(task, pair, decoders, params, settings, run_dir, identity,
+                        chat=cfg.model.get("chat_template"), config=OmegaConf.to_container(cfg, resolve=True),
+                        environment=env, meta={"eos_token_ids": sorted(eos)},
+                        draft_users=[n for n, c in dec_cfgs.items() if c.get("uses_draft")])
+    except ResumeMismatchError as e:
+        for line in str(e).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
     summary = runner.run()
     print(f"\n{run_dir}/summary.md\n" + (run_dir / "summary.md").read_text())
+    if runner.interrupted:
+        print(f"interrupted (Ctrl-C): cells measured: {runner.measured}; summary of the finished cells in "
+              f"{run_dir}/summary.md; rerun the same command to resume", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    if runner.measured == 0:
+        counts = ", ".join(f"{n} {s}" for s, n in runner.status_counts.items()) or "no cells"
+        print(f"error: nothing was measured ({counts}; reasons in the rows' `reason` column of "
+              f"{runner.writer.path}). A prompt_too_long cell needs a smaller runner.max_new_tokens or a model with a "
+              "longer context; an empty_prompt cell needs a non-empty prompt in the task's data.", file=sys.stderr)
+        sys.exit(EXIT_NOTHING_MEASURED)
     if runner.errors:
         log.error("%d (sample, decoder) cells failed; see status/reason in %s", runner.errors, runner.writer.path)
-        sys.exit(1)
+        sys.exit(EXIT_FAILED_CELLS)
     if "speedup" not in summary:
         return None
     others = summary[summary["decoder"] != "vanilla"]["speedup"]

@@ -164,6 +164,9 @@ class RunnerConfig:
     score: bool = True
     resume: bool = True
     sample_ids: Optional[Any] = None          # a non-empty list of sample ids (checked in validate)
+    repeats: int = field(default=1, metadata=at_least(1))             # timed calls per (sample, decoder) cell
+    order: str = field(default="rotate", metadata=one_of("rotate", "fixed"))   # decoder order per sample
+    shard: Optional[str] = None               # "i/n": run the samples with sample_index % n == i (0 <= i < n)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -582,6 +585,10 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
         rvals = OmegaConf.to_container(runner)
         problems += _check_bounds(RunnerConfig, rvals, "runner")
         problems += _check_sample_ids(rvals.get("sample_ids"))
+        problems += _check_shard(rvals.get("shard"))
+        if rvals.get("temperature") == 0 and (rvals.get("top_p") != 1.0 or rvals.get("top_k") != 0):
+            problems.append(f"runner.top_p={rvals.get('top_p')} / runner.top_k={rvals.get('top_k')}: only apply when "
+                            "sampling; set runner.temperature > 0 (greedy decoding would ignore them)")
         out["runner"] = runner
 
     # decoders
@@ -632,6 +639,16 @@ def _check_sample_ids(sample_ids: Any) -> list[str]:
         return []
     return [f"runner.sample_ids={_show(sample_ids)}: must be a non-empty list of sample ids, e.g. "
             "'runner.sample_ids=[HumanEval/1,HumanEval/8]' (or null)"]
+
+
+def _check_shard(shard: Any) -> list[str]:
+    if shard is None:
+        return []
+    m = re.fullmatch(r"(\d+)/(\d+)", str(shard))
+    if m and int(m.group(1)) < int(m.group(2)):
+        return []
+    return [f"runner.shard={_show(shard)}: must be 'i/n' with 0 <= i < n (shard i of n, counted from 0), e.g. "
+            "runner.shard=0/4"]
 
 
 def _check_model_source(spec: Mapping[str, Any], path: str) -> list[str]:

