@@ -16,8 +16,9 @@ from typing import Any, Iterable
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, FirstTokenStreamer, StepRecord, Stopwatch
 
 
 class _ForwardCounter:
@@ -93,8 +94,11 @@ class HFAssistedDecoder:
                 setattr(self._draft_generation_config, key, value)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
-        """Decode with ``target_model.generate(assistant_model=draft_model, do_sample=False)``."""
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, stopwatch: Stopwatch | None = None) -> DecodeResult:
+        """Decode with ``target_model.generate(assistant_model=draft_model, do_sample=False)``; the stopwatch's
+        ``first_token()`` is called through transformers' ``streamer`` when the first new tokens are accepted
+        (after the draft's prefill and first draft, as transformers drafts before its first target forward)."""
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
         self.draft_model.generation_config = copy.deepcopy(self._draft_generation_config)
         gen_config = GenerationConfig(
@@ -114,6 +118,7 @@ class HFAssistedDecoder:
                 attention_mask=torch.ones_like(input_ids),
                 assistant_model=self.draft_model,
                 generation_config=gen_config,
+                streamer=FirstTokenStreamer(stopwatch) if stopwatch is not None else None,
                 **self._generate_kwargs,
             )
         finally:

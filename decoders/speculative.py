@@ -14,11 +14,12 @@ from typing import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
-from decoders.common.kv_cache import crop
+from decoders.common.kv_cache import check_rollback, crop
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.verify import greedy_verify
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 def check_gamma(gamma: int) -> int:
@@ -43,7 +44,8 @@ class SpeculativeDecoder:
         eos_token_ids: ids that end generation. Drafting also stops early at an EOS draft token.
 
     Raises:
-        ValueError: if ``gamma < 1`` or ``draft_model`` is missing.
+        ValueError: if ``gamma < 1``, ``draft_model`` is missing, or either model's KV cache cannot be rolled
+            back (:func:`decoders.common.kv_cache.check_rollback`).
     """
 
     name = "speculative"
@@ -61,29 +63,32 @@ class SpeculativeDecoder:
         self.target_model = target_model
         self.draft_model = draft_model
         self.gamma = check_gamma(gamma)
+        check_rollback(target_model, "target model", self.name)
+        check_rollback(draft_model, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft may only propose ids the
-        # target can embed.
+        # target can embed, and drafts nothing from a context holding an id it cannot embed itself.
         self._draft_vocab = min(
             target_model.get_input_embeddings().num_embeddings, draft_model.get_output_embeddings().out_features
         )
+        self._draft_embed = draft_model.get_input_embeddings().num_embeddings
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
 
         Each :class:`StepRecord` carries ``drafted`` (tokens proposed), ``accepted``, ``draft_forwards``
         and the tokens fed to each model.
         """
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         device = input_ids.device
         prompt_len = input_ids.shape[1]
         target_cache, draft_cache = new_cache(self.target_model), new_cache(self.draft_model)
 
         logits = forward(self.target_model, input_ids, target_cache, logits_to_keep=1)
         out = [int(logits[0, -1].argmax())]
+        (stopwatch or NULL_STOPWATCH).first_token()
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
         # The draft's prefill (the prompt) is charged to the first drafting step.
         draft_feed = input_ids[0].tolist()
@@ -94,8 +99,8 @@ class SpeculativeDecoder:
             gamma = min(self.gamma, max_new_tokens - len(out) - 1)
             draft_tokens: list[int] = []
             draft_forwards = draft_tokens_fed = 0
-            if gamma > 0:
-                feed = draft_feed + [out[-1]]
+            feed = draft_feed + [out[-1]]
+            if gamma > 0 and max(feed) < self._draft_embed:  # an id the draft cannot embed: draft nothing
                 while len(draft_tokens) < gamma:
                     d_logits = forward(
                         self.draft_model, torch.tensor([feed], device=device), draft_cache, logits_to_keep=1
@@ -112,19 +117,20 @@ class SpeculativeDecoder:
             t_logits = forward(self.target_model, verify_ids, target_cache)
             target_argmax = t_logits[0].argmax(-1)
             n, bonus = greedy_verify(torch.tensor(draft_tokens, device=device, dtype=torch.long), target_argmax)
-            out.extend(draft_tokens[:n])
-            out.append(bonus)
-            # An EOS among the accepted drafts ends generation, even though the bonus token follows it.
-            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(out[-(n + 1):])
+            # An EOS among the accepted drafts ends generation; the bonus token after it is neither kept nor counted.
+            emitted = truncate_at_stop([*draft_tokens[:n], bonus], self.eos_token_ids, max_new_tokens - len(out))
+            out.extend(emitted)
+            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
+            kept = min(n, len(emitted))
             steps.append(
                 StepRecord(
                     target_tokens_fed=len(draft_tokens) + 1,
-                    emitted=n + 1,
+                    emitted=len(emitted),
                     drafted=len(draft_tokens),
-                    accepted=n,
+                    accepted=kept,
                     draft_forwards=draft_forwards,
                     draft_tokens_fed=draft_tokens_fed,
-                    source={"draft": n, "bonus": 1},
+                    source={"draft": kept, "bonus": len(emitted) - kept},
                 )
             )
             # Roll back: keep committed-so-far (incl. the old pending) + accepted drafts.

@@ -7,9 +7,10 @@ from typing import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 class VanillaDecoder:
@@ -27,26 +28,27 @@ class VanillaDecoder:
         self.eos_token_ids = frozenset(eos_token_ids)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode greedily.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
             max_new_tokens: upper bound on new tokens, >= 1.
+            stopwatch: the runner's timer; ``first_token()`` is called once the prefill gave the first token.
 
         Returns:
             :class:`DecodeResult` with ``accept_length`` exactly 1.0.
 
         Raises:
-            ValueError: if ``max_new_tokens < 1`` or the batch size is not 1.
+            ValueError: if ``max_new_tokens < 1``, the batch size is not 1 or the prompt is empty.
         """
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         cache = new_cache(self.target_model)
         logits = forward(self.target_model, input_ids, cache, logits_to_keep=1)
         token = logits[:, -1:].argmax(-1)
         out = [int(token)]
+        (stopwatch or NULL_STOPWATCH).first_token()
         steps = [StepRecord(target_tokens_fed=input_ids.shape[1], emitted=1, source={"bonus": 1})]
         while len(out) < max_new_tokens and out[-1] not in self.eos_token_ids:
             logits = forward(self.target_model, token, cache, logits_to_keep=1)

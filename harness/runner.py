@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from tqdm.auto import tqdm
 
 from harness.metrics import summarize, to_markdown
 from harness.results import ResultWriter, read_results
+from harness.timing import Stopwatch
 from harness import resume as resume_lib  # resume support (runner.resume)
 from decoders.types import DecodeResult
 from tasks.types import Sample
@@ -39,18 +39,14 @@ def first_divergence(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[i
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int) -> tuple[DecodeResult, float]:
-    """Run ``decoder.generate`` between two device synchronizations; return the result and wall seconds."""
-    _sync(input_ids.device)
-    t0 = time.perf_counter()
-    result = decoder.generate(input_ids, max_new_tokens)
-    _sync(input_ids.device)
-    return result, time.perf_counter() - t0
+def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int) -> tuple[DecodeResult, float, dict]:
+    """Run ``decoder.generate`` with the runner's stopwatch (device synchronized at each mark); return the result,
+    wall seconds and the stopwatch's columns (``ttft_s``, ``decode_tokens_per_s``, phase times)."""
+    watch = Stopwatch(input_ids.device)
+    watch.start()
+    result = decoder.generate(input_ids, max_new_tokens, stopwatch=watch)
+    wall = watch.stop()
+    return result, wall, watch.columns(result.new_tokens)
 
 
 @dataclass
@@ -310,7 +306,7 @@ class Runner:
                 self._warmup(input_ids)
                 self._warmed = True
             try:
-                result, wall = timed_generate(decoder, input_ids, self.max_new_tokens)
+                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens)
             except Exception as e:
                 self.errors += 1
                 log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
@@ -338,6 +334,7 @@ class Runner:
                 **result.summary(),
                 "wall_time_s": wall,
                 "tokens_per_s": result.new_tokens / wall if wall > 0 else None,
+                **timing,  # ttft_s, decode_tokens_per_s, <phase>_time_s (harness.timing.Stopwatch.columns)
                 "matches_vanilla": matches,
                 "first_divergence": divergence,
                 **scores,
