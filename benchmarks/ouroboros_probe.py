@@ -51,7 +51,9 @@ def ouro_spec(text: str) -> tuple[tuple[int, ...], dict[str, float]]:
     options = {}
     for item in parts[5:]:
         key, _, value = item.partition("=")
-        options[key] = float(value) if "." in value else int(value)
+        options[key] = {"true": True, "false": False}.get(value.lower(), None)
+        if options[key] is None:
+            options[key] = float(value) if "." in value else int(value)
     return tuple(int(v) for v in parts[:5]), options
 
 
@@ -156,7 +158,16 @@ def main() -> None:
             acc["free_acc"] += res.extra.get("free_tokens_accepted", 0)
             acc["branch_fed"] += res.extra.get("branch_tokens_fed", 0)
             acc["branch_acc"] += res.extra.get("branch_tokens_accepted", 0)
-            log.info("  %s %-36s tau %.2f%s", sample_id, name, res.accept_length,
+            decode = res.steps[1:]
+            log.info("  %s %-36s tau %.2f  new %d  steps %d  target fed/step %.1f  draft fwd/step %.2f  "
+                     "model-drafted/lookahead fwd %s  free acc %s  branch acc/fed %s/%s  same %s%s", sample_id, name,
+                     res.accept_length, res.new_tokens, res.num_steps,
+                     sum(s.target_tokens_fed for s in decode) / max(len(decode), 1),
+                     res.draft_forwards / max(len(decode), 1),
+                     f"{sum(s.drafted for s in model_steps)}/{sum(s.draft_forwards for s in model_steps) - 1}"
+                     if model_steps else "-", res.extra.get("free_tokens_accepted", "-"),
+                     res.extra.get("branch_tokens_accepted", "-"), res.extra.get("branch_tokens_fed", "-"),
+                     res.token_ids == reference[sample_id],
                      "" if args.untimed else f"  {seconds:5.1f} s  {res.new_tokens / seconds:.2f} tok/s")
     rows = []
     base_tps = None

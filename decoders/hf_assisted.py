@@ -148,7 +148,7 @@ class HFAssistedDecoder:
             accepted = max(0, min(drafted, emitted - 1))
             steps.append(StepRecord(target_tokens_fed=fed, emitted=emitted, drafted=drafted, accepted=accepted,
                                     source={"draft": accepted, "bonus": emitted - accepted}))
-            committed = after
+            committed = max(committed, after)  # transformers 5.x re-feeds the prompt from 0 after its prefill call
         if steps and draft_calls:
             # Draft forwards cannot be attributed to single steps from hooks; spread them evenly.
             total_fwd, total_fed, k = len(draft_calls), sum(n for _, n in draft_calls), len(steps)

@@ -57,14 +57,20 @@ def _check_counters(res, name: str) -> None:
 @pytest.mark.parametrize("name", list(FACTORIES))
 def test_counters_add_up_to_kept_tokens_with_eos_inside_drafts(name, target, prompt_ids):
     """An EOS id placed at several positions of vanilla's output, drafts from the target itself (so they are
-    accepted whole and the EOS arrives mid-draft): the steps' counters add up to the kept tokens."""
+    accepted whole and the EOS arrives mid-draft): the steps' counters add up to the kept tokens.
+
+    The context is a prompt plus the start of vanilla's own continuation, and the EOS ids are tokens the context
+    already holds, so copies (prompt lookup, pools) can carry them too."""
     mid_draft_eos = 0
     for i in REPETITIVE + (0, 4):
-        ref = VanillaDecoder(target).generate(prompt_ids[i], MAX_NEW).token_ids
-        for k in (3, 9, 17):
+        start = VanillaDecoder(target).generate(prompt_ids[i], 8).token_ids
+        ids = torch.cat([prompt_ids[i], torch.tensor([start])], dim=1)
+        ref = VanillaDecoder(target).generate(ids, MAX_NEW).token_ids
+        context = set(ids[0].tolist())
+        for k in [k for k in range(1, MAX_NEW - 4) if ref[k] not in ref[:k] and ref[k] in context][:5]:
             eos = frozenset({ref[k]})
-            expected = VanillaDecoder(target, eos_token_ids=eos).generate(prompt_ids[i], MAX_NEW).token_ids
-            res = FACTORIES[name](target, target, eos).generate(prompt_ids[i], MAX_NEW)
+            expected = ref[: k + 1]  # greedy decoding stops at the first occurrence of its EOS id
+            res = FACTORIES[name](target, target, eos).generate(ids, MAX_NEW)
             assert res.token_ids == expected, (name, i, k)
             _check_counters(res, name)
             last = res.steps[-1]
@@ -180,7 +186,10 @@ def test_first_token_hook_called_once_after_the_first_target_forward(name, max_n
     finally:
         hook.remove()
     assert res.new_tokens == max_new
-    assert watch.first == [1]  # once, right after the first target forward (the one that yields token 1)
+    if name == "hf_assisted":  # transformers runs a prefill forward, then its first verification forward
+        assert len(watch.first) == 1 and 1 <= watch.first[0] <= 2
+    else:
+        assert watch.first == [1]  # once, right after the first target forward (the one that yields token 1)
 
 
 @pytest.mark.parametrize("name", ["vanilla", "ouroboros", "hf_assisted"])
