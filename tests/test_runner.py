@@ -66,11 +66,11 @@ def test_failure_keeps_rows_and_exits_nonzero(tmp_path, monkeypatch):
     calls = {"n": 0}
     original = speculative.SpeculativeDecoder.generate
 
-    def flaky(self, input_ids, max_new_tokens):
+    def flaky(self, input_ids, max_new_tokens, stopwatch=None):
         calls["n"] += 1
         if calls["n"] == 3:  # warm-up, sample 0, then sample 1 fails
             raise RuntimeError("boom")
-        return original(self, input_ids, max_new_tokens)
+        return original(self, input_ids, max_new_tokens, stopwatch)
 
     monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", flaky)
     with pytest.raises(SystemExit):
