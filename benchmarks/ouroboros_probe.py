@@ -14,7 +14,11 @@ Usage::
     python benchmarks/ouroboros_probe.py --limit 2 --max-new-tokens 128 --spec 4 \\
         --ouro 6,4,4,4,3 8,3,3,3,3 --cost-curve 1 8 16 32 --out results/ouroboros_probe.json
 
-Each ``--ouro`` item is ``gamma,W,N,G,topk``.
+Each ``--ouro`` item is ``gamma,W,N,G,topk`` optionally followed by ``,key=value`` options of
+:class:`decoders.ouroboros.OuroborosDecoder` (e.g. ``6,4,4,4,3,free_draft_min_match=3,draft_vocab_size=32768``).
+``--untimed`` prints only the counters (draft forwards per step, tokens per draft forward, accept length, target
+tokens fed per step, free / branch statistics): what a shared, noisy CPU can still measure. Timing goes
+through the runner's stopwatch (:class:`harness.timing.Stopwatch`), as in a real run.
 """
 
 from __future__ import annotations
@@ -34,14 +38,23 @@ from decoders.ouroboros import OuroborosDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
 from harness.models import load_pair
+from harness.timing import Stopwatch
 from tasks.humaneval import HumanEval
 
 log = logging.getLogger("ouroboros_probe")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def ints(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(","))
+def ouro_spec(text: str) -> tuple[tuple[int, ...], dict[str, float]]:
+    """``gamma,W,N,G,topk[,key=value...]`` -> ((gamma, W, N, G, topk), options)."""
+    parts = text.split(",")
+    options = {}
+    for item in parts[5:]:
+        key, _, value = item.partition("=")
+        options[key] = {"true": True, "false": False}.get(value.lower(), None)
+        if options[key] is None:
+            options[key] = float(value) if "." in value else int(value)
+    return tuple(int(v) for v in parts[:5]), options
 
 
 def forward_cost_curve(model, prompt_ids: torch.Tensor, sizes: list[int], repeats: int = 3) -> dict[int, float]:
@@ -70,8 +83,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2, help="first N HumanEval problems")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--spec", type=int, nargs="*", default=[4], help="speculative decoding gammas")
-    parser.add_argument("--ouro", type=ints, nargs="*", default=[(6, 4, 4, 4, 3)],
-                        help="Ouroboros gamma,W,N,G,topk tuples")
+    parser.add_argument("--ouro", type=ouro_spec, nargs="*", default=[((6, 4, 4, 4, 3), {})],
+                        help="Ouroboros gamma,W,N,G,topk[,key=value...] items")
+    parser.add_argument("--skip-vanilla", action="store_true", help="no vanilla reference (counters only)")
+    parser.add_argument("--untimed", action="store_true", help="report counters only (a shared CPU)")
     parser.add_argument("--cost-curve", type=int, nargs="*", default=[],
                         help="fed-token counts for both models' forward cost curves (empty to skip)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
@@ -103,23 +118,28 @@ def main() -> None:
     decoders = {"vanilla": VanillaDecoder(target, eos_token_ids=eos)}
     for gamma in args.spec:
         decoders[f"speculative g={gamma}"] = SpeculativeDecoder(target, draft, gamma=gamma, eos_token_ids=eos)
-    for gamma, w, n, g, k in args.ouro:
-        decoders[f"ouroboros g={gamma} W={w} N={n} G={g} k={k}"] = OuroborosDecoder(
-            target, draft, gamma=gamma, window_size=w, ngram_size=n, guess_set_size=g, topk=k, eos_token_ids=eos
+    if args.skip_vanilla:
+        decoders = {}
+    for (gamma, w, n, g, k), options in args.ouro:
+        label = f"ouroboros g={gamma} W={w} N={n} G={g} k={k}" + "".join(f" {o}={v}" for o, v in options.items())
+        decoders[label] = OuroborosDecoder(
+            target, draft, gamma=gamma, window_size=w, ngram_size=n, guess_set_size=g, topk=k, eos_token_ids=eos,
+            **options,
         )
     VanillaDecoder(target).generate(prompts[0][1], 4)  # warm-up (allocator, kernels)
     VanillaDecoder(draft).generate(prompts[0][1], 4)
 
-    keys = ("seconds", "tokens", "steps", "fed", "same", "draft_fwd", "draft_fed", "draft_s", "verify_s", "suffix")
+    keys = ("seconds", "tokens", "steps", "fed", "same", "draft_fwd", "draft_fed", "draft_s", "verify_s", "suffix",
+            "model_drafted", "lookahead_fwd", "free_steps", "free_acc", "branch_fed", "branch_acc")
     totals = {name: dict.fromkeys(keys, 0) for name in decoders}
     reference: dict[str, tuple[int, ...]] = {}
     for sample_id, ids in prompts:
         for name, dec in decoders.items():
-            t0 = time.perf_counter()
-            res = dec.generate(ids, args.max_new_tokens)
-            seconds = time.perf_counter() - t0
-            if name == "vanilla":
-                reference[sample_id] = res.token_ids
+            watch = Stopwatch(ids.device)
+            watch.start()
+            res = dec.generate(ids, args.max_new_tokens, stopwatch=watch)
+            seconds = watch.stop()
+            reference.setdefault(sample_id, res.token_ids)  # vanilla's, or the first decoder's with --skip-vanilla
             acc = totals[name]
             acc["seconds"] += seconds
             acc["tokens"] += res.new_tokens
@@ -128,12 +148,29 @@ def main() -> None:
             acc["same"] += res.token_ids == reference[sample_id]
             acc["draft_fwd"] += res.draft_forwards
             acc["draft_fed"] += sum(s.draft_tokens_fed for s in res.steps[1:]) - ids.shape[1]  # prompt excluded
-            acc["draft_s"] += res.extra.get("draft_time_s", 0.0)
-            acc["verify_s"] += res.extra.get("verify_time_s", 0.0)
+            acc["draft_s"] += watch.phases.get("draft", 0.0)
+            acc["verify_s"] += watch.phases.get("verify", 0.0)
             acc["suffix"] += sum((s.source or {}).get("suffix", 0) for s in res.steps)
-            log.info("  %s %-36s %5.1f s  %.2f tok/s  tau %.2f", sample_id, name, seconds, res.new_tokens / seconds,
-                     res.accept_length)
+            model_steps = [s for s in res.steps[1:] if not (s.source or {}).get("free") and s.draft_forwards]
+            acc["model_drafted"] += sum(s.drafted for s in model_steps)
+            acc["lookahead_fwd"] += sum(s.draft_forwards for s in model_steps) - (1 if model_steps else 0)
+            acc["free_steps"] += res.extra.get("free_steps", 0)
+            acc["free_acc"] += res.extra.get("free_tokens_accepted", 0)
+            acc["branch_fed"] += res.extra.get("branch_tokens_fed", 0)
+            acc["branch_acc"] += res.extra.get("branch_tokens_accepted", 0)
+            decode = res.steps[1:]
+            log.info("  %s %-36s tau %.2f  new %d  steps %d  target fed/step %.1f  draft fwd/step %.2f  "
+                     "model-drafted/lookahead fwd %s  free acc %s  branch acc/fed %s/%s  same %s%s", sample_id, name,
+                     res.accept_length, res.new_tokens, res.num_steps,
+                     sum(s.target_tokens_fed for s in decode) / max(len(decode), 1),
+                     res.draft_forwards / max(len(decode), 1),
+                     f"{sum(s.drafted for s in model_steps)}/{sum(s.draft_forwards for s in model_steps) - 1}"
+                     if model_steps else "-", res.extra.get("free_tokens_accepted", "-"),
+                     res.extra.get("branch_tokens_accepted", "-"), res.extra.get("branch_tokens_fed", "-"),
+                     res.token_ids == reference[sample_id],
+                     "" if args.untimed else f"  {seconds:5.1f} s  {res.new_tokens / seconds:.2f} tok/s")
     rows = []
+    base_tps = None
     for name, acc in totals.items():
         decode_steps = max(acc["steps"] - len(prompts), 1)
         row = {
@@ -146,14 +183,21 @@ def main() -> None:
             "draft_share": round(acc["draft_s"] / acc["seconds"], 3) if acc["draft_s"] else None,
             "verify_share": round(acc["verify_s"] / acc["seconds"], 3) if acc["verify_s"] else None,
             "suffix_tokens": acc["suffix"],
-            "matches_vanilla": f"{acc['same']}/{len(prompts)}",
+            "draft_tokens_per_draft_fwd": round(acc["model_drafted"] / acc["lookahead_fwd"], 2)
+            if acc["lookahead_fwd"] else None,
+            "free_steps_share": round(acc["free_steps"] / decode_steps, 3),
+            "free_tokens_accepted": acc["free_acc"],
+            "branch_tokens_fed": acc["branch_fed"],
+            "branch_tokens_accepted": acc["branch_acc"],
+            "matches_reference": f"{acc['same']}/{len(prompts)}",
         }
-        row["speedup"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows else 1.0
+        base_tps = base_tps or row["tokens_per_s"]  # the first decoder's (vanilla's unless --skip-vanilla)
+        row["speedup"] = round(row["tokens_per_s"] / base_tps, 3)
+        if args.untimed:
+            for key in ("seconds", "tokens_per_s", "draft_share", "verify_share", "speedup"):
+                row.pop(key)
         rows.append(row)
-        log.info("%-36s %6.2f tok/s  speedup %.2fx  tau %.2f  target fed %5.1f  draft fwd/step %.2f  "
-                 "draft fed/fwd %5.1f  suffix %d  equal %s", name, row["tokens_per_s"], row["speedup"],
-                 row["accept_length"], row["target_fed_per_step"], row["draft_fwd_per_step"],
-                 row["draft_fed_per_fwd"], row["suffix_tokens"], row["matches_vanilla"])
+        log.info("%-36s %s", name, "  ".join(f"{k} {v}" for k, v in row.items() if k != "decoder"))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"target": pair.target_name, "draft": pair.draft_name,

@@ -25,9 +25,10 @@ from typing import Any, Iterable, Iterator
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import DecodeResult, FirstTokenStreamer, StepRecord, Stopwatch
 
 #: ``num_assistant_tokens_schedule`` values transformers knows.
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
@@ -115,11 +116,13 @@ class _TransformersGenerate:
 
     def _run(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None,
              draft_model: PreTrainedModel | None, draft_config: GenerationConfig | None,
-             generate_kwargs: dict[str, Any]) -> tuple[list[int], _ForwardCounter, _ForwardCounter]:
+             generate_kwargs: dict[str, Any], stopwatch: Stopwatch | None
+             ) -> tuple[list[int], _ForwardCounter, _ForwardCounter]:
+        """One ``target_model.generate`` call under hooks that count forwards; the stopwatch's ``first_token()``
+        is called through transformers' ``streamer`` when the first new tokens are known."""
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
         check_generator(self.sampling, generator)
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         configs = {self.target_model: neutral_generation_config(self.target_model)}
         if draft_model is not None:
             configs[draft_model] = draft_config
@@ -133,6 +136,7 @@ class _TransformersGenerate:
                     input_ids,
                     attention_mask=torch.ones_like(input_ids),
                     generation_config=self._generation_config(max_new_tokens),
+                    streamer=FirstTokenStreamer(stopwatch) if stopwatch is not None else None,
                     **generate_kwargs,
                 )
         finally:
@@ -220,13 +224,14 @@ class HFAssistedDecoder(_TransformersGenerate):
         }
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode with ``target_model.generate(assistant_model=draft_model, do_sample=...)``; same contract as
-        :meth:`decoders.vanilla.VanillaDecoder.generate`."""
+        :meth:`decoders.vanilla.VanillaDecoder.generate`. The stopwatch's ``first_token()`` comes after the
+        draft's prefill and first draft, since transformers drafts before its first target forward."""
         draft_config = neutral_generation_config(self.draft_model, **self.assistant_knobs)
         new, target_hook, draft_hook = self._run(input_ids, max_new_tokens, generator, self.draft_model,
-                                                 draft_config, self._generate_kwargs)
+                                                 draft_config, self._generate_kwargs, stopwatch)
         return DecodeResult(tuple(new), self._steps(target_hook.calls, draft_hook.calls, input_ids.shape[1], len(new)))
 
     @staticmethod
@@ -250,7 +255,7 @@ class HFAssistedDecoder(_TransformersGenerate):
             accepted = max(0, min(drafted, emitted - 1))
             steps.append(StepRecord(target_tokens_fed=fed, emitted=emitted, drafted=drafted, accepted=accepted,
                                     source={"draft": accepted, "bonus": emitted - accepted}))
-            committed = after
+            committed = max(committed, after)  # transformers 5.x re-feeds the prompt from 0 after its prefill call
         if steps and draft_calls:
             # Draft forwards cannot be attributed to single steps from hooks; spread them evenly.
             total_fwd, total_fed, k = len(draft_calls), sum(n for _, n in draft_calls), len(steps)
@@ -281,12 +286,12 @@ class HFGreedyDecoder(_TransformersGenerate):
         super().__init__(target_model, eos_token_ids, sampling)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode with ``target_model.generate()``; same contract as
         :meth:`decoders.vanilla.VanillaDecoder.generate`. Step ``i`` records the tokens fed to the ``i``-th
         target forward and one emitted token (the last forward may be cut by the stop rule)."""
-        new, target_hook, _ = self._run(input_ids, max_new_tokens, generator, None, None, {})
+        new, target_hook, _ = self._run(input_ids, max_new_tokens, generator, None, None, {}, stopwatch)
         steps = tuple(StepRecord(target_tokens_fed=fed, emitted=1, source={"bonus": 1})
                       for _, fed in target_hook.calls)
         return DecodeResult(tuple(new), steps)

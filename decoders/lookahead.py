@@ -18,26 +18,24 @@ is initialised with tokens drawn from the prompt by a seeded RNG and needs ``N -
 its rows (no harvesting meanwhile). As in the reference implementation, the window shifts by one
 position per step whatever the number of accepted tokens: its content is only a guess and never
 affects which tokens are emitted.
+
+The step itself is :class:`decoders.common.lookahead_step.LookaheadStepper`, the same code that runs
+Ouroboros' draft model on itself; this module is the decoding loop and its statistics.
 """
 
 from __future__ import annotations
 
-import random
-import sys
 from typing import Iterable
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_int, check_pool_scope
-from decoders.common.forward import forward, new_cache
-from decoders.common.kv_cache import keep_path
+from decoders.common.checks import check_bool, check_input_ids, check_int, check_pool_scope
+from decoders.common.kv_cache import check_rollback
+from decoders.common.lookahead_step import LookaheadStepper
 from decoders.common.ngram_pool import NGramPool
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.common.tree import lookahead_layout, tree_attention
-from decoders.common.verify import branch_verify
-from decoders.types import DecodeResult, StepRecord
-
+from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 class LookaheadDecoder:
@@ -50,8 +48,9 @@ class LookaheadDecoder:
     (input token + window + verification n-grams); ``drafted`` is the length of the compared candidate,
     i.e. the n-gram length verified this step (``N - 1``, less near ``max_new_tokens``; 0 when the pool had
     no n-gram for the input token), so ``accepted / drafted`` reads like a linear draft's acceptance rate;
-    ``accepted`` is the number of accepted n-gram tokens; ``source = {"ngram": accepted, "bonus": 1}``.
-    Every verification token fed is counted in ``extra["guess_tokens_fed"]``.
+    ``accepted`` is the number of accepted n-gram tokens kept (an n-gram is cut just after an EOS id);
+    ``source = {"ngram": accepted, "bonus": 0 or 1}`` and ``emitted`` = the tokens kept, so the steps add up to
+    the output. Every verification token fed is counted in ``extra["guess_tokens_fed"]``.
 
     Args:
         target_model: the model whose greedy output is reproduced.
@@ -70,7 +69,8 @@ class LookaheadDecoder:
         eos_token_ids: ids that end generation.
 
     Raises:
-        ValueError: on ``W < 1``, ``N < 2``, ``G < 0``, a non-integer seed or an unknown ``pool_scope``.
+        ValueError: on ``W < 1``, ``N < 2``, ``G < 0``, a non-integer seed, an unknown ``pool_scope``, or a
+            target whose KV cache cannot be rolled back (:func:`~decoders.common.kv_cache.check_rollback`).
     """
 
     name = "lookahead"
@@ -92,111 +92,61 @@ class LookaheadDecoder:
         self.guess_set_size = check_int("guess_set_size (G)", guess_set_size, 0)
         self.pool_scope = check_pool_scope(pool_scope)
         self.seed = check_int("seed", seed, 0)
-        if not isinstance(pool_from_prompt, bool):
-            raise ValueError(f"pool_from_prompt must be true or false, got {pool_from_prompt!r}")
-        self.pool_from_prompt = pool_from_prompt
+        self.pool_from_prompt = check_bool("pool_from_prompt", pool_from_prompt)
+        check_rollback(target_model, "target model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
-        self._max_positions = getattr(target_model.config, "max_position_embeddings", None)
 
     def reset(self) -> None:
         """Empty the n-gram pool (start of a task under ``pool_scope="task"``)."""
         self.pool.clear()
 
-    def _init_window(self, prompt: list[int]) -> list[list[int]]:
-        """Row 0 of the window: a placeholder for the input token + ``W + N - 3`` prompt tokens.
-
-        The ``N - 2`` extra columns are consumed by the warm-up steps (one per step) so that the rows
-        have exactly ``W`` columns once all ``N - 1`` are filled.
-        """
-        rng = random.Random(self.seed)
-        return [[-1] + [rng.choice(prompt) for _ in range(self.window_size + self.ngram_size - 3)]]
-
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, stopwatch: Stopwatch | None = None
+                 ) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
             max_new_tokens: upper bound on new tokens, >= 1. A step never emits more than what is left:
                 verification n-grams are shortened near the end.
+            stopwatch: the runner's timer; ``first_token()`` is called once the prefill has produced the first
+                new token.
 
         Returns:
             :class:`DecodeResult`; ``extra`` holds the configuration and pool statistics.
         """
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
+        watch = stopwatch or NULL_STOPWATCH
         if self.pool_scope == "sample":
             self.pool.clear()
-        model, device, n_rows = self.target_model, input_ids.device, self.ngram_size - 1
         prompt = input_ids[0].tolist()
         prompt_len = len(prompt)
         if self.pool_from_prompt:
             n = self.ngram_size
             self.pool.insert_ngrams(prompt[i : i + n] for i in range(prompt_len - n + 1))
-        cache = new_cache(model)
-        logits = forward(model, input_ids, cache, logits_to_keep=1)
-        out = [int(logits[0, -1].argmax())]
+        stepper = LookaheadStepper(self.target_model, self.pool, self.window_size, self.ngram_size, self.seed,
+                                   eos_token_ids=self.eos_token_ids)
+        stepper.start(prompt)
+        first = stepper.prefill(prompt_len)
+        watch.first_token()
+        stepper.sync(prompt + [first])
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
-        rows = self._init_window(prompt)
-        pool_hits = guess_tokens_fed = 0
+        guess_tokens_fed = 0
 
-        finished = max_new_tokens == 1 or out[0] in self.eos_token_ids
+        new = 1
+        finished = max_new_tokens == 1 or first in self.eos_token_ids
         while not finished:
-            pending, past_len = out[-1], prompt_len + len(out) - 1
-            remaining = max_new_tokens - len(out)
-            # Tree depths up to max_depth keep positions (past_len + depth) inside the model's range.
-            max_depth = self._max_positions - 1 - past_len if self._max_positions else sys.maxsize
-            guess_len = max(0, min(n_rows, remaining - 1, max_depth))
-            guesses = list(dict.fromkeys(g[:guess_len] for g in self.pool.get(pending))) if guess_len else []
-            window_depth = len(rows[0]) - 1 + len(rows) - 1
-            use_window = remaining > 1 and window_depth <= max_depth
-            row_lengths = tuple(len(r) for r in rows) if use_window else (1,)
-            layout = lookahead_layout(row_lengths, len(guesses), guess_len if guesses else 0)
-
-            ids = [pending]
-            if use_window:
-                ids += rows[0][1:] + [t for r in rows[1:] for t in r]
-            ids += [t for g in guesses for t in g]
-            last_row = layout.row_starts[-1]
-            needed = [0] + list(range(last_row, last_row + row_lengths[-1]) if use_window else []) + list(
-                range(layout.guess_start, layout.size)
-            )
-            mask, position_ids = tree_attention(layout.parents, past_len, dtype=model.dtype, device=device)
-            logits = forward(model, torch.tensor([ids], device=device), cache, position_ids=position_ids,
-                             attention_mask=mask, logits_to_keep=torch.tensor(needed, device=device))
-            preds = logits[0].argmax(-1).cpu()  # (len(needed),) aligned with `needed`; one device sync per step
-
-            # Verification branch: column 0 of each row of `target` is the argmax after the input token.
-            best = accepted = 0
-            bonus = int(preds[0])
-            if guesses:
-                pool_hits += 1
-                guess_tokens_fed += len(guesses) * guess_len
-                g_preds = preds[len(needed) - len(guesses) * guess_len :].view(len(guesses), guess_len)
-                target = torch.cat([preds[:1].expand(len(guesses), 1), g_preds], dim=1)
-                best, accepted, bonus = branch_verify(torch.tensor(guesses), target)
-            kept = [past_len] + [past_len + layout.guess_index(best, j) for j in range(accepted)]
-            keep_path(cache, past_len, kept)
-            emitted = [*guesses[best][:accepted], bonus] if accepted else [bonus]
-            out.extend(emitted)
-            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
+            remaining = max_new_tokens - new
+            out = stepper.step(remaining, advance_window=remaining > 1)
+            guess_tokens_fed += out.num_guesses * out.guess_len
+            new += len(out.emitted)
+            finished = new >= max_new_tokens or not self.eos_token_ids.isdisjoint(out.emitted)
             steps.append(StepRecord(
-                target_tokens_fed=layout.size, emitted=accepted + 1, drafted=guess_len if guesses else 0,
-                accepted=accepted, source={"ngram": accepted, "bonus": 1},
+                target_tokens_fed=out.tokens_fed, emitted=len(out.emitted), drafted=out.guess_len,
+                accepted=out.accepted, source={"ngram": out.accepted, "bonus": len(out.emitted) - out.accepted},
             ))
-
-            # Lookahead branch: the new row, then harvest (full window) or grow (warm-up), then shift.
-            if use_window:
-                new_row = preds[1 : 1 + row_lengths[-1]].tolist()
-                if len(rows) < n_rows:  # warm-up: drop column 0 of every row, add the new row
-                    rows = [r[1:] for r in rows] + [new_row[1:]]
-                else:
-                    rows[0][0] = pending  # the key of column 0 is the (true) input token
-                    self.pool.insert_ngrams(zip(*rows, new_row))
-                    rows = (rows + [new_row])[1:]
-                    rows[0] = [-1] + rows[0][1:]
 
         decode_steps = len(steps) - 1
         extra = {
@@ -205,8 +155,9 @@ class LookaheadDecoder:
             "ngram_size": self.ngram_size,
             "guess_set_size": self.guess_set_size,
             "pool_from_prompt": self.pool_from_prompt,
-            "pool_hit_rate": pool_hits / decode_steps if decode_steps else 0.0,
+            "pool_hit_rate": stepper.pool_hits / decode_steps if decode_steps else 0.0,
             "guess_tokens_fed": guess_tokens_fed,
             "pool_entries": len(self.pool),
         }
-        return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps), extra)
+        output = stepper.seq[prompt_len:]
+        return DecodeResult(tuple(truncate_at_stop(output, self.eos_token_ids, max_new_tokens)), tuple(steps), extra)

@@ -26,13 +26,14 @@ from typing import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
-from decoders.common.kv_cache import crop
+from decoders.common.kv_cache import check_rollback, crop
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.verify import greedy_verify, multi_candidate_verify
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 class PromptLookupDecoder:
@@ -72,6 +73,7 @@ class PromptLookupDecoder:
                 raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         if min_ngram_size > max_ngram_size:
             raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size})")
+        check_rollback(target_model, "target model", self.name)
         self.target_model = target_model
         self.max_ngram_size = max_ngram_size
         self.num_draft_tokens = num_draft_tokens
@@ -81,25 +83,26 @@ class PromptLookupDecoder:
         self._max_positions = getattr(target_model.config, "max_position_embeddings", None)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
-        only source of randomness, required when sampling).
+        only source of randomness, required when sampling; ``stopwatch``: the runner's timer).
 
         Each step's :class:`~decoders.types.StepRecord` has ``drafted`` = draft tokens verified,
-        ``accepted`` = those accepted, ``source = {"prompt_lookup": accepted, "bonus": 1}``.
+        ``accepted`` = those accepted and kept, ``source = {"prompt_lookup": accepted, "bonus": 0 or 1}`` (nothing
+        after an EOS id is counted, so the steps' ``emitted`` add up to the output).
         """
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
         check_generator(self.sampling, generator)
         greedy = self.sampling.greedy
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         model, device = self.target_model, input_ids.device
         context = input_ids[0].tolist()  # prompt + every committed token
         prompt_len = len(context)
         cache = new_cache(model)
         logits = forward(model, input_ids, cache, logits_to_keep=1)
         out = [self.sampling.next_token(logits[0, -1], generator)]
+        (stopwatch or NULL_STOPWATCH).first_token()
         context.append(out[0])
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
         lookup_steps = 0
@@ -122,12 +125,14 @@ class PromptLookupDecoder:
                 n, bonus = greedy_verify(drafted, t_logits[0].argmax(-1))
             else:  # one deterministic candidate branch
                 _, n, bonus = multi_candidate_verify(drafted[None], self.sampling.probs(t_logits), generator)
-            emitted = [*draft[:n], bonus]
+            # Nothing after an EOS id is kept or counted (the bonus token may follow an accepted EOS draft).
+            emitted = truncate_at_stop([*draft[:n], bonus], self.eos_token_ids, max_new_tokens - len(out))
             out.extend(emitted)
             context.extend(emitted)
             crop(cache, past_len + 1 + n)
-            steps.append(StepRecord(target_tokens_fed=len(draft) + 1, emitted=n + 1, drafted=len(draft), accepted=n,
-                                    source={"prompt_lookup": n, "bonus": 1}))
+            kept = min(n, len(emitted))
+            steps.append(StepRecord(target_tokens_fed=len(draft) + 1, emitted=len(emitted), drafted=len(draft),
+                                    accepted=kept, source={"prompt_lookup": kept, "bonus": len(emitted) - kept}))
             finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
 
         decode_steps = len(steps) - 1

@@ -22,12 +22,13 @@ from typing import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
-from decoders.common.kv_cache import crop
+from decoders.common.kv_cache import check_rollback, crop
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.verify import greedy_verify, rejection_verify
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 def check_gamma(gamma: int) -> int:
@@ -53,7 +54,8 @@ class SpeculativeDecoder:
         sampling: greedy (the default) or the sampling settings of the run, applied to both models.
 
     Raises:
-        ValueError: if ``gamma < 1`` or ``draft_model`` is missing.
+        ValueError: if ``gamma < 1``, ``draft_model`` is missing, or either model's KV cache cannot be rolled
+            back (:func:`decoders.common.kv_cache.check_rollback`).
     """
 
     name = "speculative"
@@ -72,15 +74,18 @@ class SpeculativeDecoder:
         self.target_model = target_model
         self.draft_model = draft_model
         self.gamma = check_gamma(gamma)
+        check_rollback(target_model, "target model", self.name)
+        check_rollback(draft_model, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sampling = sampling
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft may only propose ids the
-        # target can embed and score.
+        # target can embed and score, and drafts nothing from a context holding an id it cannot embed itself.
         self._target_vocab = target_model.get_output_embeddings().out_features
         self._draft_vocab = min(
             target_model.get_input_embeddings().num_embeddings, self._target_vocab,
             draft_model.get_output_embeddings().out_features,
         )
+        self._draft_embed = draft_model.get_input_embeddings().num_embeddings
 
     def _draft_next(self, d_logits: torch.Tensor, generator: torch.Generator | None
                     ) -> tuple[int, torch.Tensor | None]:
@@ -94,25 +99,25 @@ class SpeculativeDecoder:
         return sample_token(probs, generator), probs
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
-        only source of randomness, required when sampling).
+        only source of randomness, required when sampling; ``stopwatch``: the runner's timer).
 
         Each :class:`StepRecord` carries ``drafted`` (tokens proposed), ``accepted``, ``draft_forwards``
         and the tokens fed to each model.
         """
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
         check_generator(self.sampling, generator)
         greedy = self.sampling.greedy
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         device = input_ids.device
         prompt_len = input_ids.shape[1]
         target_cache, draft_cache = new_cache(self.target_model), new_cache(self.draft_model)
 
         logits = forward(self.target_model, input_ids, target_cache, logits_to_keep=1)
         out = [self.sampling.next_token(logits[0, -1], generator)]
+        (stopwatch or NULL_STOPWATCH).first_token()
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
         # The draft's prefill (the prompt) is charged to the first drafting step.
         draft_feed = input_ids[0].tolist()
@@ -124,8 +129,8 @@ class SpeculativeDecoder:
             draft_tokens: list[int] = []
             draft_probs: list[torch.Tensor] = []  # sampling only: what each draft token was drawn from
             draft_forwards = draft_tokens_fed = 0
-            if gamma > 0:
-                feed = draft_feed + [out[-1]]
+            feed = draft_feed + [out[-1]]
+            if gamma > 0 and max(feed) < self._draft_embed:  # an id the draft cannot embed: draft nothing
                 while len(draft_tokens) < gamma:
                     d_logits = forward(
                         self.draft_model, torch.tensor([feed], device=device), draft_cache, logits_to_keep=1
@@ -149,19 +154,20 @@ class SpeculativeDecoder:
                 stacked = (torch.stack(draft_probs) if draft_probs
                            else torch.zeros((0, self._target_vocab), dtype=torch.float32, device=device))
                 n, bonus = rejection_verify(drafted, stacked, self.sampling.probs(t_logits[0]), generator)
-            out.extend(draft_tokens[:n])
-            out.append(bonus)
-            # An EOS among the accepted drafts ends generation, even though the bonus token follows it.
-            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(out[-(n + 1):])
+            # An EOS among the accepted drafts ends generation; the bonus token after it is neither kept nor counted.
+            emitted = truncate_at_stop([*draft_tokens[:n], bonus], self.eos_token_ids, max_new_tokens - len(out))
+            out.extend(emitted)
+            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
+            kept = min(n, len(emitted))
             steps.append(
                 StepRecord(
                     target_tokens_fed=len(draft_tokens) + 1,
-                    emitted=n + 1,
+                    emitted=len(emitted),
                     drafted=len(draft_tokens),
-                    accepted=n,
+                    accepted=kept,
                     draft_forwards=draft_forwards,
                     draft_tokens_fed=draft_tokens_fed,
-                    source={"draft": n, "bonus": 1},
+                    source={"draft": kept, "bonus": len(emitted) - kept},
                 )
             )
             # Roll back: keep committed-so-far (incl. the old pending) + accepted drafts.

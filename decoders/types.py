@@ -1,5 +1,5 @@
 """What a decoder returns: :class:`StepRecord` (one target forward), :class:`DecodeResult` (one prompt),
-and the :class:`Decoder` protocol.
+the :class:`Decoder` protocol, and the :class:`Stopwatch` hook through which the runner times a decoder.
 
 It sits at the bottom of the project: it imports nothing of the project, and decoders, the runner and the
 report build on it. Timing, text and file I/O do not live here -- decoders never see those (DESIGN.md 2b).
@@ -18,10 +18,11 @@ class StepRecord:
     Attributes:
         target_tokens_fed: tokens fed to the target forward (prompt length for prefill, gamma + 1 for a
             speculative verification step, 1 for a vanilla decode step).
-        emitted: tokens this step appended to the output, bonus token included (before EOS / length
-            truncation is applied to the whole sequence).
+        emitted: tokens this step appended to the output, bonus token included; tokens after an EOS id are
+            not counted (a step whose accepted draft holds an EOS id emits up to and including it), so the
+            steps' ``emitted`` add up to ``DecodeResult.new_tokens``.
         drafted: draft tokens proposed for verification in this step (0 for vanilla / prefill).
-        accepted: draft tokens accepted in this step (``accepted <= drafted``).
+        accepted: draft tokens accepted and kept in this step (``accepted <= drafted``, ``accepted <= emitted``).
         draft_forwards: forward passes of the draft model spent preparing this step.
         draft_tokens_fed: tokens fed to the draft model over those forwards.
         source: where accepted tokens came from, e.g. ``{"draft": 3, "bonus": 1}``; free-form per decoder.
@@ -112,14 +113,66 @@ class DecodeResult:
         }
 
 
+class Stopwatch(Protocol):
+    """The runner's timer, handed to :meth:`Decoder.generate`. Decoders mark events; they never read a clock.
+
+    The runner starts it right before ``generate`` and stops it right after (device synchronized); what a
+    decoder reports through it becomes row columns (time to first token, decode-only tokens/s, phase times).
+    """
+
+    def first_token(self) -> None:
+        """Mark that the first new token is known. Called once per ``generate``, as soon as it is known
+        (after the target's prefill for this project's decoders). Later calls are ignored."""
+
+    def lap(self, phase: str) -> None:
+        """Charge the time since the previous mark (``lap`` or the start) to ``phase`` (e.g. ``"draft"``,
+        ``"verify"``); for decoders that report a time split."""
+
+
+class _NullStopwatch:
+    """A :class:`Stopwatch` that does nothing (``generate`` called without one)."""
+
+    def first_token(self) -> None:
+        pass
+
+    def lap(self, phase: str) -> None:
+        pass
+
+
+#: Used when ``generate`` gets no stopwatch, so decoders need no ``if stopwatch`` branches.
+NULL_STOPWATCH: Stopwatch = _NullStopwatch()
+
+
+class FirstTokenStreamer:
+    """Adapter from transformers' streamer protocol to :meth:`Stopwatch.first_token`.
+
+    ``GenerationMixin.generate(streamer=...)`` calls ``put(prompt_ids)`` first, then ``put(new_ids)`` each time
+    tokens are accepted, then ``end()``; the second ``put`` is the first new token.
+    """
+
+    def __init__(self, stopwatch: Stopwatch):
+        self.stopwatch = stopwatch
+        self.calls = 0
+
+    def put(self, value: Any) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.stopwatch.first_token()
+
+    def end(self) -> None:
+        pass
+
+
 @runtime_checkable
 class Decoder(Protocol):
     """A lossless decoder for one prompt at a time (batch size 1).
 
-    ``generate(input_ids, max_new_tokens)`` takes ``input_ids`` as a ``torch.LongTensor`` of shape
-    ``(1, prompt_len)`` on the target model's device and returns a :class:`DecodeResult` whose
-    ``token_ids`` equal vanilla greedy decoding's (exactly in float32). Decoders that keep state across
-    prompts (an n-gram pool) expose ``reset()`` and declare their ``pool_scope``.
+    ``generate(input_ids, max_new_tokens, stopwatch=None)`` takes ``input_ids`` as a ``torch.LongTensor`` of
+    shape ``(1, prompt_len >= 1)`` on the target model's device and returns a :class:`DecodeResult` whose
+    ``token_ids`` equal vanilla greedy decoding's (exactly in float32). It calls ``stopwatch.first_token()``
+    once, when the first new token is known (a draft model's own prefill, where a decoder runs it later, then
+    falls in decode time and counts against the decoder there). Decoders that keep state across prompts (an
+    n-gram pool) expose ``reset()`` and declare their ``pool_scope``.
 
     Sampling: a decoder that can sample declares ``supports_sampling = True``, takes ``sampling`` (a
     ``decoders.common.sampling.SamplingConfig``) at construction and ``generator=`` (a ``torch.Generator``,
@@ -129,4 +182,4 @@ class Decoder(Protocol):
 
     name: str
 
-    def generate(self, input_ids: Any, max_new_tokens: int) -> DecodeResult: ...
+    def generate(self, input_ids: Any, max_new_tokens: int, stopwatch: Stopwatch | None = None) -> DecodeResult: ...

@@ -14,10 +14,11 @@ from typing import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.types import DecodeResult, StepRecord
+from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 class VanillaDecoder:
@@ -46,8 +47,8 @@ class VanillaDecoder:
         return torch.multinomial(self.sampling.probs(logits[0, -1]), 1, generator=generator).view(1, 1)
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int,
-                 generator: torch.Generator | None = None) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode greedily, or by sampling when the decoder's ``sampling`` has ``temperature > 0``.
 
         Args:
@@ -55,21 +56,23 @@ class VanillaDecoder:
             max_new_tokens: upper bound on new tokens, >= 1.
             generator: the ``torch.Generator`` (on the target's device) every random draw comes from; required
                 when sampling, unused when greedy.
+            stopwatch: the runner's timer; ``first_token()`` is called once the prefill gave the first token.
 
         Returns:
             :class:`DecodeResult` with ``accept_length`` exactly 1.0.
 
         Raises:
-            ValueError: if ``max_new_tokens < 1``, the batch size is not 1, or sampling without a generator.
+            ValueError: if ``max_new_tokens < 1``, the batch size is not 1, the prompt is empty, or sampling
+                without a generator.
         """
+        check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
         check_generator(self.sampling, generator)
-        if input_ids.shape[0] != 1:
-            raise ValueError(f"batch size must be 1, got {input_ids.shape[0]}")
         cache = new_cache(self.target_model)
         logits = forward(self.target_model, input_ids, cache, logits_to_keep=1)
         token = self._next(logits, generator)
         out = [int(token)]
+        (stopwatch or NULL_STOPWATCH).first_token()
         steps = [StepRecord(target_tokens_fed=input_ids.shape[1], emitted=1, source={"bonus": 1})]
         while len(out) < max_new_tokens and out[-1] not in self.eos_token_ids:
             logits = forward(self.target_model, token, cache, logits_to_keep=1)

@@ -313,6 +313,12 @@ class OuroborosConfig(DecoderConfig):
     pool_scope: str = field(default="sample", metadata=one_of(*POOL_SCOPES))
     seed: int = field(default=0, metadata=at_least(0))
     pool_from_prompt: bool = False
+    # cheaper drafting (issue 13), all off by default
+    free_draft_min_match: int = field(default=0, metadata=at_least(0))   # prompt-lookup trunk when >= n tokens recur
+    draft_vocab_size: int = field(default=0, metadata=at_least(0))       # reduced draft LM head (top-K by merge rank)
+    stop_confidence: float = field(default=0.0, metadata=between(0.0, 1.0))    # stop drafting below this confidence
+    branch_confidence: float = field(default=0.0, metadata=between(0.0, 1.0))  # add draft branches below it
+    max_branches: int = field(default=1, metadata=at_least(1))
 
 
 @dataclass

@@ -33,7 +33,6 @@ import logging
 import os
 import signal
 import threading
-import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from tqdm.auto import tqdm
 from harness.metrics import summarize, to_markdown
 from harness.results import ResultWriter, cpu_affinity, read_results
 from harness import resume as resume_lib
+from harness.timing import Stopwatch
 from decoders.common.sampling import SamplingConfig, make_generator, sample_seed
 from decoders.types import DecodeResult
 from tasks.base import encode_prompt, task_uses_chat
@@ -74,20 +74,16 @@ def first_divergence(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[i
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
-                   **generate_kwargs: Any) -> tuple[DecodeResult, float]:
-    """Run ``decoder.generate`` between two device synchronizations; return the result and wall seconds.
+                   **generate_kwargs: Any) -> tuple[DecodeResult, float, dict[str, Any]]:
+    """Run ``decoder.generate`` with the runner's stopwatch (device synchronized at each mark); return the result,
+    wall seconds and the stopwatch's columns (``ttft_s``, ``decode_tokens_per_s``, phase times).
     ``generate_kwargs`` (e.g. ``generator`` for sampled runs) are passed through."""
-    _sync(input_ids.device)
-    t0 = time.perf_counter()
-    result = decoder.generate(input_ids, max_new_tokens, **generate_kwargs)
-    _sync(input_ids.device)
-    return result, time.perf_counter() - t0
+    watch = Stopwatch(input_ids.device)
+    watch.start()
+    result = decoder.generate(input_ids, max_new_tokens, stopwatch=watch, **generate_kwargs)
+    wall = watch.stop()
+    return result, wall, watch.columns(result.new_tokens)
 
 
 def parse_shard(spec: Any) -> tuple[int, int] | None:
@@ -222,7 +218,7 @@ class _Cell:
     result: DecodeResult
     wall: float
     completion: str
-    loads: dict[str, Any]
+    measured: dict[str, Any]  # machine load around the call and the stopwatch's columns
 
 
 class Runner:
@@ -570,7 +566,7 @@ class Runner:
                 self._warm_up(name, decoder, input_ids)
                 before = load_1m()
                 generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, repeat)
-                result, wall = timed_generate(decoder, input_ids, self.max_new_tokens, **generate_kwargs)
+                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens, **generate_kwargs)
                 after = load_1m()
             except Exception as e:
                 self.errors += 1
@@ -581,7 +577,7 @@ class Runner:
             completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
                                                      clean_up_tokenization_spaces=False)
             answers[name].append(completion)
-            cell = _Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after})
+            cell = _Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after, **timing})
             if name == "vanilla":
                 refs.setdefault(turn, (tuple(result.token_ids), self.attempt_id))
                 vanilla_attempt = self.attempt_id
@@ -619,7 +615,7 @@ class Runner:
             "first_divergence": divergence,
             "paired_across_processes": (name != "vanilla" and vanilla_attempt is not None
                                         and vanilla_attempt != self.attempt_id),
-            **cell.loads,
+            **cell.measured,
             **self._score(sample, cell.completion, scores),
             "status": "ok",
             "completion": cell.completion,

@@ -43,7 +43,7 @@ def test_equals_vanilla(target, prompt_ids, vanilla, W, N, G):
         for s in res.steps[1:]:
             assert 1 <= s.emitted <= N and s.accepted == s.emitted - 1 <= s.drafted <= N - 1
             assert s.source == {"ngram": s.accepted, "bonus": 1}
-        assert sum(s.emitted for s in res.steps) >= res.new_tokens
+        assert sum(s.emitted for s in res.steps) == res.new_tokens
         multi_token_steps += sum(s.accepted > 0 for s in res.steps)
     if G > 0:  # the pool path is exercised: some steps emit more than one token
         assert multi_token_steps > 0
@@ -107,7 +107,12 @@ def test_eos_inside_accepted_ngram(target, prompt_ids, vanilla):
             ids, MAX_NEW
         )
         assert res.token_ids == ref and ref[-1] == eos and eos not in ref[:-1]
-        assert sum(s.emitted for s in res.steps) > len(res.token_ids)  # EOS arrived mid-n-gram, tail truncated
+        # The EOS arrived inside an accepted n-gram: the n-gram is cut just after it, no bonus token follows, and
+        # the per-step counters add up to the kept tokens (issue 12: it used to report the whole n-gram + bonus).
+        last = res.steps[-1]
+        assert last.source == {"ngram": last.accepted, "bonus": 0} and last.emitted == last.accepted
+        assert sum(s.emitted for s in res.steps) == len(res.token_ids)
+        assert sum(s.accepted for s in res.steps[1:]) + sum(s.source["bonus"] for s in res.steps) == len(ref)
     assert found >= 2
 
 

@@ -10,7 +10,8 @@ import torch
 from decoders.common.jacobi import JacobiWindow
 from decoders.common.ngram_pool import NGramPool
 from decoders.common.tree import chain_with_branches, prepend_chain, tree_attention
-from decoders.ouroboros import LookaheadDrafter, OuroborosDecoder, recycle_verification
+from decoders.common.lookahead_step import LookaheadDrafter
+from decoders.ouroboros import OuroborosDecoder, recycle_verification
 from decoders.vanilla import VanillaDecoder
 from harness.models import build_tiny_random
 
@@ -44,14 +45,16 @@ def vanilla(target, prompt_ids):
 def _check_steps(res, gamma: int, ngram_size: int, prompt_len: int) -> None:
     assert res.steps[0].target_tokens_fed == prompt_len and res.steps[0].source == {"bonus": 1}
     for k, s in enumerate(res.steps[1:]):
-        a, b = s.source["draft"], s.source["suffix"]
-        assert s.source["bonus"] == 1 and s.emitted == a + b + 1
-        assert s.accepted == a <= s.drafted <= gamma and 0 <= b <= ngram_size - 1
-        assert b == 0 or a == s.drafted  # a suffix continues only a fully accepted draft
-        assert s.target_tokens_fed >= 1 + s.drafted + b
-        assert (s.draft_forwards == 0) == (s.drafted == 0)
-        assert s.draft_forwards <= s.drafted + (k == 0)  # the first step also prefills the draft
-    assert sum(s.emitted for s in res.steps) >= res.new_tokens
+        a, b, free, branch = s.source["draft"], s.source["suffix"], s.source.get("free", 0), s.source.get("branch", 0)
+        assert s.source["bonus"] in (0, 1) and s.emitted == a + b + free + branch + s.source["bonus"]
+        assert s.accepted == a + free <= s.drafted <= gamma and 0 <= b <= ngram_size - 1
+        assert b == 0 or s.accepted == s.drafted  # a suffix continues only a fully accepted draft
+        assert branch == 0 or s.accepted < s.drafted  # a branch replaces a rejected draft token
+        assert s.target_tokens_fed >= 1 + s.drafted + b + branch
+        if "free" not in s.source:  # the draft model drafted every trunk
+            assert (s.draft_forwards == 0) == (s.drafted == 0)
+            assert s.draft_forwards <= s.drafted + (k == 0)  # the first step also prefills the draft
+    assert sum(s.emitted for s in res.steps) == res.new_tokens
 
 
 @pytest.mark.parametrize("gamma, W, N, G, topk", GRID, ids=[f"g{g}-W{w}-N{n}-G{G}-k{k}" for g, w, n, G, k in GRID])
@@ -95,11 +98,34 @@ def test_suffixes_accepted_on_repetitive_prompts(target, noisy_draft, prompt_ids
     # A step can emit more than gamma + 1 tokens only thanks to a suffix.
     assert max(s.emitted for r in results.values() for s in r.steps[1:]) > 4 + 1
     extra = results[REPETITIVE[0]].extra
-    for key in ("pool_scope", "gamma", "window_size", "ngram_size", "guess_set_size", "topk", "draft_time_s",
-                "verify_time_s", "draft_forwards_per_target_forward", "draft_tokens_fed_per_forward",
+    for key in ("pool_scope", "gamma", "window_size", "ngram_size", "guess_set_size", "topk",
+                "draft_forwards_per_target_forward", "draft_tokens_fed_per_forward",
                 "target_tokens_fed_per_forward", "suffix_hit_rate", "pool_entries"):
         assert key in extra
-    assert extra["draft_time_s"] > 0 and extra["verify_time_s"] > 0 and 0 <= extra["suffix_hit_rate"] <= 1
+    assert 0 <= extra["suffix_hit_rate"] <= 1
+    assert "draft_time_s" not in extra  # decoders never time themselves: the runner's stopwatch does
+
+
+class _Marks:
+    """A recording :class:`decoders.types.Stopwatch`."""
+
+    def __init__(self):
+        self.marks: list[str] = []
+
+    def first_token(self):
+        self.marks.append("first")
+
+    def lap(self, phase):
+        self.marks.append(phase)
+
+
+def test_draft_verify_split_goes_through_the_stopwatch(target, noisy_draft, prompt_ids, vanilla):
+    dec = OuroborosDecoder(target, noisy_draft, gamma=4, window_size=4, ngram_size=4, guess_set_size=4, topk=3)
+    watch = _Marks()
+    res = dec.generate(prompt_ids[2], MAX_NEW, stopwatch=watch)
+    assert res.token_ids == vanilla(2)
+    # prefill (charged to verify), first token, then one draft + verify lap per decoding step
+    assert watch.marks == ["verify", "first"] + ["draft", "verify"] * (res.num_steps - 1)
 
 
 @pytest.mark.parametrize("W, N, G", [(4, 4, 4), (3, 2, 2), (5, 5, 0)])
@@ -165,8 +191,9 @@ def test_eos_inside_accepted_suffix(target, prompt_ids, vanilla):
         start = sum(s.emitted for s in res.steps[:-1])
         j = len(ref) - 1 - start  # index of the EOS within the last step's emitted tokens
         if last.source["draft"] <= j < last.source["draft"] + last.source["suffix"]:
-            found += 1  # really accepted from a suffix; the tokens after it were dropped
-            assert sum(s.emitted for s in res.steps) > len(ref)
+            found += 1  # really accepted from a suffix: cut just after it, no bonus token, counters add up
+            assert last.source["bonus"] == 0 and j == last.emitted - 1
+            assert sum(s.emitted for s in res.steps) == len(ref)
     assert found >= 1
 
 
@@ -322,3 +349,109 @@ def test_pool_from_prompt_equals_vanilla(target, noisy_draft, prompt_ids, vanill
 def test_pool_from_prompt_must_be_bool(target, noisy_draft):
     with pytest.raises(ValueError, match="pool_from_prompt"):
         OuroborosDecoder(target, noisy_draft, pool_from_prompt="yes")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cheaper drafting options (issue 13): each lossless, each visibly acting on its counters.
+# ---------------------------------------------------------------------------------------------------
+
+BASE = dict(gamma=5, window_size=4, ngram_size=4, guess_set_size=4, topk=3)
+
+
+def _run_all(dec, prompt_ids, vanilla, max_new=MAX_NEW):
+    results = []
+    for i, ids in enumerate(prompt_ids):
+        res = dec.generate(ids, max_new)
+        assert res.token_ids == vanilla(i, max_new), f"prompt {i}"
+        _check_steps(res, dec.gamma, dec.ngram_size, ids.shape[1])
+        results.append(res)
+    return results
+
+
+@pytest.mark.parametrize("min_match", [1, 2, 3])
+def test_free_drafts_equal_vanilla_and_skip_the_draft(target, noisy_draft, prompt_ids, vanilla, min_match):
+    plain = _run_all(OuroborosDecoder(target, noisy_draft, **BASE), prompt_ids, vanilla)
+    free = _run_all(OuroborosDecoder(target, noisy_draft, free_draft_min_match=min_match, **BASE), prompt_ids,
+                    vanilla)
+    free_steps = [s for r in free for s in r.steps[1:] if s.source["free"] or (s.drafted and not s.draft_forwards)]
+    assert free_steps and all(s.draft_forwards == 0 for s in free_steps)  # the draft model did not run
+    assert sum(s.source["free"] for r in free for s in r.steps[1:]) > 0  # copies were accepted
+    assert sum(r.draft_forwards for r in free) < sum(r.draft_forwards for r in plain)
+    assert all(r.extra["free_steps"] <= r.num_steps - 1 for r in free)
+
+
+@pytest.mark.parametrize("size", [16, 100, 250])
+def test_reduced_draft_vocab_equals_vanilla(target, noisy_draft, prompt_ids, vanilla, size):
+    dec = OuroborosDecoder(target, noisy_draft, draft_vocab_size=size, **BASE)
+    results = _run_all(dec, prompt_ids, vanilla)
+    assert all(r.extra["draft_vocab_size"] == size for r in results)
+
+
+def test_reduced_vocab_drafter_is_restricted_greedy(noisy_draft, prompt_ids):
+    """With a reduced head the drafter's text is the draft's greedy text over the allowed ids only."""
+    from decoders.common.forward import forward, new_cache
+    from decoders.common.heads import ReducedVocabHead, merge_rank_ids
+
+    ids = merge_rank_ids(120, 260, always=[255])
+    allowed = torch.full((noisy_draft.config.vocab_size,), float("-inf"))
+    allowed[ids] = 0.0
+    for i in (0, 2, 8):
+        prompt = prompt_ids[i][0].tolist()
+        cache, seq, ref = new_cache(noisy_draft), list(prompt), []
+        feed = prompt
+        for _ in range(20):  # restricted greedy, one token at a time
+            logits = forward(noisy_draft, torch.tensor([feed]), cache, logits_to_keep=1)[0, -1]
+            ref.append(int((logits + allowed).argmax()))
+            feed = ref[-1:]
+        drafter = LookaheadDrafter(noisy_draft, NGramPool(4, 4), 4, 4, head=ReducedVocabHead(noisy_draft, ids))
+        drafter.start(seq)
+        assert drafter.propose(20).tokens == ref
+        assert set(ref) <= set(ids)
+
+
+def test_merge_rank_ids():
+    from decoders.common.heads import merge_rank_ids
+
+    assert merge_rank_ids(4, 10, always=[9]) == [0, 1, 2, 3, 9]
+    assert merge_rank_ids(20, 10, always=[12]) == list(range(10))
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.6, 0.9])
+def test_stop_confidence_equals_vanilla_and_drafts_less(target, noisy_draft, prompt_ids, vanilla, threshold):
+    plain = _run_all(OuroborosDecoder(target, noisy_draft, **BASE), prompt_ids, vanilla)
+    early = _run_all(OuroborosDecoder(target, noisy_draft, stop_confidence=threshold, **BASE), prompt_ids, vanilla)
+    drafted = lambda rs: sum(s.drafted for r in rs for s in r.steps)
+    assert drafted(early) < drafted(plain)  # some trunks stopped before gamma
+
+
+@pytest.mark.parametrize("max_branches", [1, 3])
+def test_branches_equal_vanilla_and_are_accepted(target, other_draft, noisy_draft, prompt_ids, vanilla, max_branches):
+    accepted = fed = 0
+    for draft in (noisy_draft, other_draft):
+        dec = OuroborosDecoder(target, draft, branch_confidence=0.99, max_branches=max_branches, **BASE)
+        for r in _run_all(dec, prompt_ids, vanilla):
+            accepted += r.extra["branch_tokens_accepted"]
+            fed += r.extra["branch_tokens_fed"]
+            assert all(s.source["branch"] == 0 or s.source["draft"] < s.drafted for s in r.steps[1:])
+    assert fed > 0 and accepted > 0  # alternatives were verified, and some were right
+
+
+def test_all_options_together_and_warm(target, noisy_draft, prompt_ids, vanilla):
+    dec = OuroborosDecoder(target, noisy_draft, free_draft_min_match=2, draft_vocab_size=150, stop_confidence=0.5,
+                           branch_confidence=0.8, max_branches=2, pool_scope="task", pool_from_prompt=True, **BASE)
+    for _ in range(2):
+        _run_all(dec, prompt_ids, vanilla)
+    for max_new in (1, 4, 5, 6, 7):
+        for i in REPETITIVE:
+            res = dec.generate(prompt_ids[i], max_new)
+            assert res.token_ids == vanilla(i, max_new) and sum(s.emitted for s in res.steps) == max_new
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(free_draft_min_match=-1), dict(draft_vocab_size=-1), dict(stop_confidence=1.5), dict(branch_confidence=-0.1),
+     dict(stop_confidence=True), dict(max_branches=0), dict(free_draft_min_match=1.0)],
+)
+def test_option_errors(target, noisy_draft, kwargs):
+    with pytest.raises(ValueError):
+        OuroborosDecoder(target, noisy_draft, **kwargs)

@@ -201,11 +201,11 @@ def test_interrupt_writes_summary_of_finished_cells_and_exits_130(tmp_path, monk
     calls = {"n": 0}
     original = speculative.SpeculativeDecoder.generate
 
-    def interrupted(self, input_ids, max_new_tokens):
+    def interrupted(self, input_ids, max_new_tokens, **kwargs):
         calls["n"] += 1
         if calls["n"] == 3:  # warm-up, sample 0, then Ctrl-C during sample 1
             raise KeyboardInterrupt
-        return original(self, input_ids, max_new_tokens)
+        return original(self, input_ids, max_new_tokens, **kwargs)
 
     monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", interrupted)
     with pytest.raises(SystemExit) as e:
@@ -301,11 +301,11 @@ def test_failure_keeps_rows_and_exits_nonzero(tmp_path, monkeypatch):
     calls = {"n": 0}
     original = speculative.SpeculativeDecoder.generate
 
-    def flaky(self, input_ids, max_new_tokens):
+    def flaky(self, input_ids, max_new_tokens, stopwatch=None):
         calls["n"] += 1
         if calls["n"] == 3:  # warm-up, sample 0, then sample 1 fails
             raise RuntimeError("boom")
-        return original(self, input_ids, max_new_tokens)
+        return original(self, input_ids, max_new_tokens, stopwatch)
 
     monkeypatch.setattr(speculative.SpeculativeDecoder, "generate", flaky)
     with pytest.raises(SystemExit) as e:

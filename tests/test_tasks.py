@@ -712,7 +712,7 @@ def test_fake_user_turn_does_not_reach_the_turn_2_prompt(mt_file, tmp_path, monk
         + tok("user\nFAKE QUESTION<|im_end|>", add_special_tokens=False).input_ids
     prompts: list[str] = []
 
-    def scripted(self, input_ids, max_new_tokens):
+    def scripted(self, input_ids, max_new_tokens, **kwargs):
         from decoders.types import DecodeResult, StepRecord
 
         prompts.append(tok.decode(input_ids[0].tolist()))

@@ -8,8 +8,8 @@ harvested into the :class:`~decoders.common.ngram_pool.NGramPool`. The window th
 
 What lives here: :class:`JacobiWindow` (initialisation from the prompt, the tokens to feed, the update
 after a forward). What does not: the forward itself, the verification branch and the KV cache, which
-belong to the decoder that owns the window (:mod:`decoders.ouroboros` runs one on its draft model).
-The update rule is the one :class:`decoders.lookahead.LookaheadDecoder` applies inline.
+belong to :class:`decoders.common.lookahead_step.LookaheadStepper`, the one lookahead step that both
+:class:`decoders.lookahead.LookaheadDecoder` (on the target) and Ouroboros (on its draft model) run.
 """
 
 from __future__ import annotations

@@ -7,19 +7,59 @@ quantized, linear-attention layers) are refused with a ``TypeError`` rather than
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from transformers import DynamicCache
 
 
+def _editable(layer: Any) -> bool:
+    """Whether a cache layer can be cropped and compacted: a full-attention, croppable layer."""
+    return bool(getattr(layer, "is_croppable", False)) and not getattr(layer, "is_sliding", False)
+
+
 def _check_editable(cache: DynamicCache) -> None:
     for layer in cache.layers:
-        if not getattr(layer, "is_croppable", False) or getattr(layer, "is_sliding", False):
+        if not _editable(layer):
             raise TypeError(
                 f"KV cache layer {type(layer).__name__} cannot be rolled back; speculative decoders need "
                 "full-attention DynamicCache layers (no sliding window, no quantized cache)."
             )
+
+
+def check_rollback(model: Any, role: str, decoder: str) -> None:
+    """Refuse, at construction, a model whose KV cache cannot be rolled back (issue 12, edge inputs).
+
+    Every decoder that rejects draft tokens removes their KV entries (:func:`crop`, :func:`keep_path`). The
+    layers of the model's own ``DynamicCache`` (built from its config, as :func:`decoders.common.forward.new_cache`
+    does) tell whether that is possible: sliding-window layers keep only the last ``sliding_window - 1``
+    entries and track their length separately, quantized and linear-attention (recurrent) layers cannot drop
+    entries. Such a model would fail mid-run with a tensor-size error; this check fails before any sample.
+
+    Args:
+        model: a transformers causal LM.
+        role: ``"target model"`` or ``"draft model"``, for the message.
+        decoder: the decoder's name, for the message.
+
+    Raises:
+        ValueError: naming the model, the first offending layer and why.
+    """
+    cache = DynamicCache(config=model.config)
+    name = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "") or \
+        f"{type(model).__name__} ({getattr(model.config, 'model_type', '?')})"
+    for i, layer in enumerate(cache.layers):
+        if _editable(layer):
+            continue
+        if getattr(layer, "is_sliding", False):
+            why = (f"layer {i} uses sliding-window attention (window {getattr(layer, 'sliding_window', '?')} tokens), "
+                   "whose cache keeps only the last window of entries and cannot drop rejected draft tokens")
+        else:
+            why = f"layer {i}'s cache ({type(layer).__name__}) cannot be cropped (quantized or recurrent state)"
+        raise ValueError(
+            f"the {decoder} decoder rolls back its KV cache after rejected drafts, but the {role} {name!r} cannot "
+            f"be rolled back: {why}. Use a model with full attention in every layer (e.g. Qwen2 with "
+            "use_sliding_window=false), or a decoder that never rolls back (vanilla, hf_assisted)."
+        )
 
 
 def crop(cache: DynamicCache, length: int) -> None:

@@ -94,6 +94,50 @@ def branch_verify(branch_tokens: torch.Tensor, target_argmax: torch.Tensor) -> t
     return best, n, int(target_argmax[best, n])
 
 
+def tree_verify(tokens: list[int], parents: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
+    """Greedy verification of a token tree fed in one forward; returns the longest accepted path.
+
+    Node 0 is the root: the last committed token (always accepted). Node ``k > 0`` is accepted when its parent is
+    accepted and its token equals the target's argmax after the parent. The deepest accepted node wins; ties go
+    to the lowest index (two accepted nodes at the same depth would spell the same target continuation). The
+    bonus token is the target's argmax after the winner. A chain (``parents = [-1, 0, 1, ...]``) reduces to
+    :func:`greedy_verify`; a chain with leaves after its end reduces to :func:`branch_verify` on the leaves.
+
+    Example:
+        Root ``p``, trunk ``5 7`` (nodes 1-2), and an alternative ``8`` to ``7`` (node 3, parent 1):
+        ``tokens = [p, 5, 7, 8]``, ``parents = [-1, 0, 1, 1]``, ``target_argmax = [5, 8, 4, 6]`` -> ``([1, 3], 6)``:
+        5 is accepted, 7 is not (the target wanted 8), the alternative 8 is, and the target's token after it is 6.
+
+    Args:
+        tokens: token ids of the ``n`` fed nodes, root first.
+        parents: ``n`` parent indices (``-1`` for the root, else an earlier index).
+        target_argmax: the target's argmax after each node (``n`` ids).
+
+    Returns:
+        ``(path, bonus_token)``: the accepted nodes' indices root excluded, in order, and the bonus token.
+    """
+    n = len(tokens)
+    if len(parents) != n or len(target_argmax) != n or n == 0 or parents[0] != -1:
+        raise ValueError(f"need n >= 1 tokens, parents and argmax with the root first; got {n}, {len(parents)}, "
+                         f"{len(target_argmax)}")
+    depth = [0] + [-1] * (n - 1)  # -1 = not accepted
+    best = 0
+    for k in range(1, n):
+        p = parents[k]
+        if not 0 <= p < k:
+            raise ValueError(f"parents[{k}] = {p}: a node's parent must be an earlier node")
+        if depth[p] >= 0 and tokens[k] == target_argmax[p]:
+            depth[k] = depth[p] + 1
+            if depth[k] > depth[best]:
+                best = k
+    path = []
+    k = best
+    while k:
+        path.append(k)
+        k = parents[k]
+    return path[::-1], int(target_argmax[best])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Sampling (temperature > 0)
 # ---------------------------------------------------------------------------------------------------------
