@@ -480,7 +480,15 @@ def _unknown_key_line(path: str, key: str, schema: type | None, valid: Sequence[
     what = f"{path}.{key}" if path else key
     names = ", ".join(valid) if valid is not None else _key_list(schema)  # type: ignore[arg-type]
     owner = f"{path} ({getattr(schema, '_target_', None) or getattr(schema, '__name__', '')})" if schema else (path or "the top level")
-    return f"unknown key {what}{where}: {owner} takes {names}"
+    line = f"unknown key {what}{where}: {owner} takes {names}"
+    if key in _SAMPLING_KEYS and not path.startswith("runner"):
+        line += (f"; sampling settings are set once for every decoder of a run: runner.temperature, runner.top_p, "
+                 f"runner.top_k, runner.seed (e.g. runner.temperature=0.7)")
+    return line
+
+
+# Keys users reach for on a decoder or model when they mean the run's sampling settings (README "Sampling").
+_SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "do_sample", "seed", "sampling"})
 
 
 def _typed(schema: type, node: Any, path: str, problems: list[str]) -> DictConfig | None:
