@@ -1,23 +1,34 @@
 """Lookahead decoding: Jacobi-window n-gram generation and n-gram verification in one target forward.
 
 Fu, Bailis, Stoica & Zhang 2024, "Break the Sequential Dependency of LLM Inference Using Lookahead
-Decoding" (arXiv 2402.02057, ICML 2024), Algorithm 1 (greedy). No draft model: every step feeds the
-target model, in one forward with a tree attention mask (:func:`decoders.common.tree.lookahead_layout`),
+Decoding" (arXiv 2402.02057, ICML 2024), Algorithm 1 (greedy) and section 3.4 (sampling). No draft model:
+every step feeds the target model, in one forward with a tree attention mask
+(:func:`decoders.common.tree.lookahead_layout`),
 
 * the last accepted token (the *input token*);
 * the **lookahead branch**: a Jacobi window of ``N - 1`` rows by ``W`` columns of guessed tokens, row 0
   starting with the input token. The target's argmax at the last row yields a new row; each column read
   top to bottom plus its new token is an n-gram, and the ``W`` n-grams are harvested into the
   :class:`~decoders.common.ngram_pool.NGramPool`;
-* the **verification branch**: up to ``G`` pool n-grams keyed by the input token, verified greedily with
-  :func:`~decoders.common.verify.branch_verify`. The longest accepted prefix plus the target's own next
-  token is emitted, so every step emits at least one token and the output is the target's greedy output.
+* the **verification branch**: up to ``G`` pool n-grams keyed by the input token. Greedy (temperature 0):
+  verified with :func:`~decoders.common.verify.branch_verify`; the longest accepted prefix plus the target's
+  own next token is emitted, so every step emits at least one token and the output is the target's greedy
+  output. Sampling (temperature > 0), lossless: the n-grams are deterministic drafts (one-hot draft
+  distribution) verified with the multi-candidate rule (:func:`~decoders.common.verify.multi_candidate_tree_verify`;
+  SpecInfer's multi-step speculative sampling, Miao et al. 2024, arXiv 2305.09781, as lookahead decoding's
+  sampling mode applies it, arXiv 2402.02057 section 3.4): at each depth the candidates' tokens are tried in
+  turn, token ``x`` accepted with probability ``residual[x]`` (``residual`` starts as the target's processed
+  distribution), a rejected ``x``'s mass removed and the residual renormalised; later depths continue only
+  along the accepted candidate(s); the token after them is drawn from the remaining residual (or, after a
+  whole accepted n-gram, from the target's distribution). The output is distributed exactly as vanilla
+  sampling's.
 
 Only the accepted tokens' KV entries are kept (:func:`~decoders.common.kv_cache.keep_path`). The window
 is initialised with tokens drawn from the prompt by a seeded RNG and needs ``N - 2`` warm-up steps to fill
 its rows (no harvesting meanwhile). As in the reference implementation, the window shifts by one
 position per step whatever the number of accepted tokens: its content is only a guess and never
-affects which tokens are emitted.
+affects which tokens are emitted. The window's new row is the target's argmax also when sampling (guesses
+only; they draw no random numbers).
 
 The step itself is :class:`decoders.common.lookahead_step.LookaheadStepper`, the same code that runs
 Ouroboros' draft model on itself; this module is the decoding loop and its statistics.
@@ -34,12 +45,13 @@ from decoders.common.checks import check_bool, check_input_ids, check_int, check
 from decoders.common.kv_cache import check_rollback
 from decoders.common.lookahead_step import LookaheadStepper
 from decoders.common.ngram_pool import NGramPool
+from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 class LookaheadDecoder:
-    """Greedy lookahead decoding on the target model alone.
+    """Lookahead decoding on the target model alone: greedy, or lossless sampling (multi-candidate rule).
 
     Cache invariant between steps: the KV cache holds every committed token except the last one (the
     input token of the next step).
@@ -53,7 +65,7 @@ class LookaheadDecoder:
     the output. Every verification token fed is counted in ``extra["guess_tokens_fed"]``.
 
     Args:
-        target_model: the model whose greedy output is reproduced.
+        target_model: the model whose greedy output (or sampling distribution) is reproduced.
         window_size: ``W >= 1``, Jacobi window columns (n-grams harvested per step).
         ngram_size: ``N >= 2``, n-gram length; the window has ``N - 1`` rows and a step emits up to ``N``
             tokens (``N - 1`` verified + 1 bonus).
@@ -67,6 +79,7 @@ class LookaheadDecoder:
             (LookaheadDecoding's ``POOL_FROM_PROMPT`` option, off in the paper's experiments): the pool then
             also proposes copies of prompt text, as prompt lookup decoding does.
         eos_token_ids: ids that end generation.
+        sampling: greedy (the default) or the sampling settings of the run.
 
     Raises:
         ValueError: on ``W < 1``, ``N < 2``, ``G < 0``, a non-integer seed, an unknown ``pool_scope``, or a
@@ -74,6 +87,7 @@ class LookaheadDecoder:
     """
 
     name = "lookahead"
+    supports_sampling = True
 
     def __init__(
         self,
@@ -85,6 +99,7 @@ class LookaheadDecoder:
         seed: int = 0,
         pool_from_prompt: bool = False,
         eos_token_ids: Iterable[int] = (),
+        sampling: SamplingConfig = GREEDY,
     ):
         self.target_model = target_model
         self.window_size = check_int("window_size (W)", window_size, 1)
@@ -95,6 +110,7 @@ class LookaheadDecoder:
         self.pool_from_prompt = check_bool("pool_from_prompt", pool_from_prompt)
         check_rollback(target_model, "target model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.sampling = sampling
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
 
     def reset(self) -> None:
@@ -102,14 +118,15 @@ class LookaheadDecoder:
         self.pool.clear()
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, stopwatch: Stopwatch | None = None
-                 ) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
             max_new_tokens: upper bound on new tokens, >= 1. A step never emits more than what is left:
                 verification n-grams are shortened near the end.
+            generator: the only source of randomness; required when sampling.
             stopwatch: the runner's timer; ``first_token()`` is called once the prefill has produced the first
                 new token.
 
@@ -118,6 +135,7 @@ class LookaheadDecoder:
         """
         check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
+        check_generator(self.sampling, generator)
         watch = stopwatch or NULL_STOPWATCH
         if self.pool_scope == "sample":
             self.pool.clear()
@@ -127,9 +145,9 @@ class LookaheadDecoder:
             n = self.ngram_size
             self.pool.insert_ngrams(prompt[i : i + n] for i in range(prompt_len - n + 1))
         stepper = LookaheadStepper(self.target_model, self.pool, self.window_size, self.ngram_size, self.seed,
-                                   eos_token_ids=self.eos_token_ids)
+                                   eos_token_ids=self.eos_token_ids, sampling=self.sampling)
         stepper.start(prompt)
-        first = stepper.prefill(prompt_len)
+        first = stepper.prefill(prompt_len, generator)
         watch.first_token()
         stepper.sync(prompt + [first])
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
@@ -139,7 +157,7 @@ class LookaheadDecoder:
         finished = max_new_tokens == 1 or first in self.eos_token_ids
         while not finished:
             remaining = max_new_tokens - new
-            out = stepper.step(remaining, advance_window=remaining > 1)
+            out = stepper.step(remaining, advance_window=remaining > 1, generator=generator)
             guess_tokens_fed += out.num_guesses * out.guess_len
             new += len(out.emitted)
             finished = new >= max_new_tokens or not self.eos_token_ids.isdisjoint(out.emitted)

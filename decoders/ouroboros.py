@@ -2,8 +2,8 @@
 
 Zhao, Huang, Han, Xu, Xiao, Zhang, Fang, Zhang, Liu & Sun 2024, "Ouroboros: Generating Longer Drafts Phrase
 by Phrase for Faster Speculative Decoding" (arXiv 2402.13720, EMNLP 2024; reference code thunlp/Ouroboros,
-restated in ALGORITHMS.md section 1). One target forward per step, greedy, lossless. Each step is three
-pieces, as in the other decoders:
+restated in ALGORITHMS.md section 1). One target forward per step, greedy or sampled, lossless. Each step is
+three pieces, as in the other decoders:
 
 1. **Propose** (:meth:`OuroborosDecoder.propose`): the *trunk* is the draft model's greedy continuation, made
    phrase by phrase by lookahead decoding on the draft itself, ``gamma`` tokens
@@ -34,6 +34,30 @@ cold start. Options for cheaper drafting (issue 13; each off by default, each ch
 
 Every emitted token is the target's argmax given the accepted prefix, so the output equals vanilla greedy
 decoding (exactly in float32). Stock transformers models of any causal-LM family, no patched code.
+
+**Sampling** (temperature > 0), lossless -- the output is distributed exactly as vanilla sampling's:
+
+* the trunk is a SAMPLE of the draft model's own processed distribution: the drafter's lookahead step verifies
+  its n-grams against the draft's distribution by the multi-candidate rule (so a draft forward still emits
+  several tokens) and reports, for each trunk token, the distribution it was drawn from
+  (:attr:`~decoders.common.lookahead_step.DraftProposal.probs`, the draft's processed distribution after the
+  preceding tokens);
+* the target verifies the tree with :func:`~decoders.common.verify.multi_candidate_tree_verify`: at a trunk
+  node the sampled trunk token is tried first, by modified rejection sampling (Leviathan et al. 2023,
+  arXiv 2211.17192, Alg. 1; Chen et al. 2023, arXiv 2302.01318): accepted with
+  ``min(1, target_probs[x] / draft_probs[x])``, otherwise the residual becomes
+  ``normalize(max(0, target_probs - draft_probs))``; the deterministic candidates at that node (a branch's
+  alternative token) are then tried against the residual, and after the trunk the pool suffixes are
+  deterministic candidates (one-hot) -- SpecInfer's multi-step speculative sampling (Miao et al. 2024,
+  arXiv 2305.09781); the token after the accepted path is drawn from the remaining residual, or from the
+  target's distribution after a whole accepted path;
+* the options stay lossless: a free draft (copied from the context) is a deterministic trunk; the reduced
+  draft vocabulary only changes the draft distribution (the trunk is drawn from, and verified with, the
+  distribution over those ids); ``stop_confidence`` stops on the drawn tokens' draft probabilities (a stopping
+  rule on tokens already drawn); ``branch_confidence`` adds, where the drawn token's draft probability is low,
+  the draft's most likely OTHER token as a deterministic sibling tried after the trunk token.
+
+Window updates and the pool's recycling use the models' argmax in both modes (guesses only).
 """
 
 from __future__ import annotations
@@ -52,9 +76,10 @@ from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
 from decoders.common.kv_cache import check_rollback, keep_path
 from decoders.common.lookahead_step import DraftProposal, LookaheadDrafter, max_depth_after
 from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates
+from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.tree import tree_attention
-from decoders.common.verify import tree_verify
+from decoders.common.verify import multi_candidate_tree_verify, tree_verify
 from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 log = logging.getLogger(__name__)
@@ -127,12 +152,16 @@ class Proposal:
     """The candidates of one step, verified by one target forward (a token tree under the pending token).
 
     Attributes:
-        trunk: ``d_1 .. d_g``: the draft model's greedy continuation, or a copy from the context (``free``).
+        trunk: ``d_1 .. d_g``: the draft model's greedy continuation (a sample of its distribution when
+            sampling), or a copy from the context (``free``).
         free: the trunk was copied from the context; the draft model did not run.
         suffixes: candidate suffixes continuing the trunk (all of one length), newest pool phrases first.
         branches: ``(i, tokens)``: an alternative to ``trunk[i:]`` starting with the draft's runner-up at ``i``.
         draft_forwards: draft forwards spent on this proposal.
         draft_tokens_fed: tokens fed to the draft over them.
+        draft_probs: sampling with a model-drafted trunk only: ``torch.FloatTensor`` of shape
+            ``(len(trunk), target_vocab)``, the distribution each trunk token was drawn from (``None``: the trunk
+            is deterministic -- greedy, or a free copy).
     """
 
     trunk: list[int]
@@ -141,6 +170,7 @@ class Proposal:
     branches: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     draft_forwards: int = 0
     draft_tokens_fed: int = 0
+    draft_probs: torch.Tensor | None = None
 
     @property
     def key(self) -> int | None:
@@ -194,7 +224,7 @@ class _Sample:
 
 
 class OuroborosDecoder:
-    """Greedy Ouroboros decoding with a draft model that drafts phrase by phrase.
+    """Ouroboros decoding with a draft model that drafts phrase by phrase: greedy, or lossless sampling.
 
     Target cache invariant between steps: it holds every committed token except the last (``pending``), the
     root of the next verification tree. The draft's state is a :class:`LookaheadDrafter` (cache, Jacobi
@@ -209,7 +239,7 @@ class OuroborosDecoder:
     on); ``emitted`` = the tokens kept (cut just after an EOS id), the sum of ``source``.
 
     Args:
-        target_model: the model whose greedy output is reproduced.
+        target_model: the model whose greedy output (or sampling distribution) is reproduced.
         draft_model: a smaller model with the same tokenizer (required).
         gamma: trunk tokens per step (>= 1); fewer near ``max_new_tokens``, after a drafted EOS id or a
             confidence stop.
@@ -236,6 +266,10 @@ class OuroborosDecoder:
             alternative branch: the draft's runner-up token plus the newest pool phrase keyed by it.
         max_branches: ``>= 1``, most alternative branches per step (least confident positions first).
         eos_token_ids: ids that end generation.
+        sampling: greedy (the default) or the sampling settings of the run, applied to both models (see the
+            module docstring for the rules; every option above is lossless under sampling too). When sampling,
+            "draft probability" in the two confidence options is the drawn token's probability under the
+            draft's processed distribution, and the branch token is the draft's most likely other token.
 
     Raises:
         ValueError: if the draft model is missing, on an out-of-range setting, or if either model's KV cache
@@ -243,6 +277,7 @@ class OuroborosDecoder:
     """
 
     name = "ouroboros"
+    supports_sampling = True
 
     def __init__(
         self,
@@ -262,6 +297,7 @@ class OuroborosDecoder:
         branch_confidence: float = 0.0,
         max_branches: int = 1,
         eos_token_ids: Iterable[int] = (),
+        sampling: SamplingConfig = GREEDY,
     ):
         if draft_model is None:
             raise ValueError("the ouroboros decoder needs a draft model: choose a model pair with a draft")
@@ -283,12 +319,15 @@ class OuroborosDecoder:
         check_rollback(target_model, "target model", self.name)
         check_rollback(draft_model, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.sampling = sampling
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft proposes only ids the target can
         # embed, target-made phrases enter the pool only if the draft can embed them, and a context holding an
         # id the draft cannot embed is not drafted from (issue 12).
+        self._target_vocab = target_model.get_output_embeddings().out_features  # columns of the target's logits
         self._draft_vocab = min(
-            target_model.get_input_embeddings().num_embeddings, draft_model.get_output_embeddings().out_features
+            target_model.get_input_embeddings().num_embeddings, self._target_vocab,
+            draft_model.get_output_embeddings().out_features,
         )
         self._draft_embed = draft_model.get_input_embeddings().num_embeddings
         self._draft_head = (
@@ -302,12 +341,13 @@ class OuroborosDecoder:
         self.pool.clear()
 
     # ---------------------------------------------------------------------------------------------------------
-    def propose(self, run: _Sample, remaining: int) -> Proposal:
+    def propose(self, run: _Sample, remaining: int, generator: torch.Generator | None = None) -> Proposal:
         """(1) The trunk (free copy, or the draft model's lookahead drafting), its suffixes and branches.
 
         Args:
             run: the sample's state; ``run.seq[-1]`` is the pending token.
             remaining: new tokens still allowed; the tree never emits more.
+            generator: required when sampling (the draft samples its trunk).
         """
         seq, eos = run.seq, self.eos_token_ids
         max_depth = max_depth_after(self.target_model, len(seq) - 1)  # node depths below the pending token
@@ -321,7 +361,7 @@ class OuroborosDecoder:
             free = bool(trunk)
         if budget and not free and run.draftable:
             run.drafter.sync(seq)
-            draft = run.drafter.propose(budget, self.stop_confidence)
+            draft = run.drafter.propose(budget, self.stop_confidence, generator)
             trunk = draft.tokens
         g = len(trunk)
         key = trunk[-1] if trunk else seq[-1]
@@ -340,10 +380,28 @@ class OuroborosDecoder:
                 phrase = self.pool.topk(alt, 1)
                 tokens = truncate_at_stop([alt, *(phrase[0] if phrase else ())], eos, length)
                 branches.append((i, tuple(tokens)))
-        return Proposal(trunk, free, suffixes, branches, draft.forwards, draft.tokens_fed)
+        return Proposal(trunk, free, suffixes, branches, draft.forwards, draft.tokens_fed,
+                        None if free else self._target_width(draft.probs))
 
-    def verify(self, run: _Sample, proposal: Proposal, remaining: int) -> Verdict:
-        """(2) One target forward over the tree rooted at the pending token; the longest accepted path."""
+    def _target_width(self, probs: torch.Tensor | None) -> torch.Tensor | None:
+        """The draft's distributions ``(g, draft_width)`` on the target's ``(g, target_vocab)`` columns (the
+        draft proposes only ids below ``_draft_vocab <= target_vocab``, so no mass is cut)."""
+        if probs is None or probs.shape[1] == self._target_vocab:
+            return probs
+        out = probs.new_zeros((probs.shape[0], self._target_vocab))
+        m = min(probs.shape[1], self._target_vocab)
+        out[:, :m] = probs[:, :m]
+        return out
+
+    def verify(self, run: _Sample, proposal: Proposal, remaining: int, generator: torch.Generator | None = None
+               ) -> Verdict:
+        """(2) One target forward over the tree rooted at the pending token; the accepted path.
+
+        Greedy: the longest path whose tokens are the target's argmax (:func:`~decoders.common.verify.tree_verify`).
+        Sampling (``generator`` required): :func:`~decoders.common.verify.multi_candidate_tree_verify` with the
+        trunk tokens' draft distributions (rejection sampling at trunk nodes; suffixes, branches and a free trunk
+        are deterministic candidates).
+        """
         target, device = self.target_model, self.target_model.get_input_embeddings().weight.device
         past_len = len(run.seq) - 1
         ids, parents = proposal.tree(run.seq[-1])
@@ -354,7 +412,13 @@ class OuroborosDecoder:
         logits = forward(target, torch.tensor([ids], device=device), run.cache, position_ids=position_ids,
                          attention_mask=mask)
         preds = logits[0].argmax(-1).tolist()  # the target's token after each fed node
-        path, bonus = tree_verify(ids, parents, preds)
+        if self.sampling.greedy:
+            path, bonus = tree_verify(ids, parents, preds)
+        else:  # trunk node k + 1 holds trunk[k], drawn from draft_probs[k] (the trunk is the first child there)
+            sampled = (None if proposal.draft_probs is None
+                       else {k + 1: proposal.draft_probs[k] for k in range(len(proposal.trunk))})
+            path, bonus = multi_candidate_tree_verify(ids, parents, self.sampling.probs(logits[0]), generator,
+                                                      sampled)
         emitted = truncate_at_stop([*(ids[k] for k in path), bonus], self.eos_token_ids, remaining)
         g, n_suffix = len(proposal.trunk), len(proposal.suffixes) * (len(proposal.suffixes[0]) if proposal.suffixes else 0)
         kept_nodes = path[: len(emitted)]
@@ -383,14 +447,15 @@ class OuroborosDecoder:
 
     # ---------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, stopwatch: Stopwatch | None = None
-                 ) -> DecodeResult:
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
             max_new_tokens: upper bound on new tokens, >= 1. A step never emits more than what is left: the
                 trunk, suffixes and branches are shortened near the end.
+            generator: the only source of randomness (draft and target draws); required when sampling.
             stopwatch: the runner's timer: ``first_token()`` after the target's prefill; ``lap("draft")`` after
                 each proposal (draft rollback, draft prefill and forwards, suffix lookup) and ``lap("verify")``
                 after the target's prefill and after each verification + acceptance (target forward, KV
@@ -401,6 +466,7 @@ class OuroborosDecoder:
         """
         check_input_ids(input_ids)
         check_max_new_tokens(max_new_tokens)
+        check_generator(self.sampling, generator)
         watch = stopwatch or NULL_STOPWATCH
         if self.pool_scope == "sample":
             self.pool.clear()
@@ -413,12 +479,12 @@ class OuroborosDecoder:
                                     if max(g) < self._draft_embed)
         drafter = LookaheadDrafter(self.draft_model, self.pool, self.window_size, self.ngram_size, self.seed,
                                    eos_token_ids=self.eos_token_ids, head=self._draft_head,
-                                   confidence=self._confidence)
+                                   confidence=self._confidence, sampling=self.sampling)
         if draftable:
             drafter.start(prompt)
         run = _Sample(list(prompt), prompt_len, new_cache(self.target_model), drafter, draftable)
         logits = forward(self.target_model, input_ids, run.cache, logits_to_keep=1)
-        run.seq.append(int(logits[0, -1].argmax()))
+        run.seq.append(self.sampling.next_token(logits[0, -1], generator))
         watch.lap("verify")
         watch.first_token()
         steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
@@ -426,9 +492,9 @@ class OuroborosDecoder:
         finished = max_new_tokens == 1 or run.seq[-1] in self.eos_token_ids
         while not finished:
             remaining = max_new_tokens - (len(run.seq) - prompt_len)
-            proposal = self.propose(run, remaining)
+            proposal = self.propose(run, remaining, generator)
             watch.lap("draft")
-            verdict = self.verify(run, proposal, remaining)
+            verdict = self.verify(run, proposal, remaining, generator)
             self.accept(run, proposal, verdict)
             watch.lap("verify")
             finished = len(run.seq) - prompt_len >= max_new_tokens or not self.eos_token_ids.isdisjoint(verdict.emitted)

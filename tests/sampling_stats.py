@@ -207,3 +207,54 @@ def wrong_multi_candidate_verify(mistake: str) -> Callable:
         return alive[0], depth, _draw(residual, generator)
 
     return verify
+
+
+TREE_MISTAKES = ("accept_argmax", "resample_target")
+
+
+def wrong_tree_verify(mistake: str) -> Callable:
+    """A broken :func:`decoders.common.verify.multi_candidate_tree_verify` (same signature).
+
+    ``"accept_argmax"``: a child that is the target's most likely token at its node is always accepted.
+    ``"resample_target"``: a rejected child's mass is not removed -- the residual stays ``target_probs`` (for a
+    sampled child: the token after a rejection is drawn from ``target_probs`` instead of
+    ``normalize(max(0, target_probs - draft_probs))``).
+    """
+    assert mistake in TREE_MISTAKES
+
+    def verify(tokens, parents, target_probs, generator, draft_probs=None):
+        children: list[list[int]] = [[] for _ in tokens]
+        for k in range(1, len(tokens)):
+            children[parents[k]].append(k)
+        current = [0]
+        while True:
+            target = target_probs[current[0]]
+            residual = target
+            kids = sorted(k for c in current for k in children[c])
+            accepted, tried = None, set()
+            for k in kids:
+                x = int(tokens[k])
+                if x < 0 or x in tried:
+                    continue
+                tried.add(x)
+                q = draft_probs.get(k) if draft_probs is not None else None
+                p_draft_x = 1.0 if q is None else float(q[x])
+                u = float(torch.rand((), generator=generator))
+                if (mistake == "accept_argmax" and x == int(target.argmax())) or u * p_draft_x < float(residual[x]):
+                    accepted = x
+                    break
+                if mistake != "resample_target":
+                    if q is None:
+                        q = torch.zeros_like(residual)
+                        q[x] = 1.0
+                    residual = residual_probs(residual, q)
+            if accepted is None:
+                break
+            current = [k for k in kids if int(tokens[k]) == accepted]
+        path, k = [], current[0]
+        while k:
+            path.append(k)
+            k = parents[k]
+        return path[::-1], _draw(residual, generator)
+
+    return verify

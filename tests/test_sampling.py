@@ -100,10 +100,13 @@ def _sampling_decoders(target, noisy_draft, eos_ids, tokenizer, sampling=SAMPLIN
         "hf_assisted": HFAssistedDecoder(target, noisy_draft, gamma=3, eos_token_ids=eos_ids, tokenizer=tokenizer,
                                          sampling=sampling),
         "hf_greedy": HFGreedyDecoder(target, eos_ids, sampling=sampling),
+        "lookahead": LookaheadDecoder(target, eos_token_ids=eos_ids, sampling=sampling),
+        "ouroboros": OuroborosDecoder(target, noisy_draft, gamma=3, eos_token_ids=eos_ids, sampling=sampling),
     }
 
 
-@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy"])
+@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy",
+                                  "lookahead", "ouroboros"])
 def test_reproducible_from_the_generator_alone(name, target, noisy_draft, eos_ids, tokenizer, prompt_ids):
     """Same seed -> same tokens, whatever the global RNG; another seed -> other tokens; global RNG untouched."""
     decoder = _sampling_decoders(target, noisy_draft, eos_ids, tokenizer)[name]
@@ -121,7 +124,8 @@ def test_reproducible_from_the_generator_alone(name, target, noisy_draft, eos_id
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy"])
+@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy",
+                                  "lookahead", "ouroboros"])
 def test_sampling_on_cuda_with_a_cuda_generator(name, target, noisy_draft, eos_ids, tokenizer, prompt_ids):
     """The runner's generator lives on the model's device; every draw (and transformers' forked RNG) works there."""
     import copy
@@ -133,7 +137,8 @@ def test_sampling_on_cuda_with_a_cuda_generator(name, target, noisy_draft, eos_i
     assert decoder.generate(ids, 16, generator=make_generator(7, "cuda")).token_ids == first
 
 
-@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy"])
+@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy",
+                                  "lookahead", "ouroboros"])
 def test_sampling_without_generator_refused(name, target, noisy_draft, eos_ids, tokenizer, prompt_ids):
     decoder = _sampling_decoders(target, noisy_draft, eos_ids, tokenizer)[name]
     with pytest.raises(ValueError, match="generator"):
@@ -151,15 +156,22 @@ def test_sampled_speculative_accepts_drafts(target, noisy_draft, eos_ids, prompt
     assert r.acceptance_rate == 1.0
 
 
-@pytest.mark.parametrize("cls", [LookaheadDecoder, OuroborosDecoder])
-def test_decoders_that_cannot_sample_are_refused(cls):
-    require_sampling_support("x", cls, GREEDY)  # greedy: fine
+class _GreedyOnlyDecoder:
+    """A decoder that does not declare ``supports_sampling`` (every shipped decoder samples since issue 14)."""
+
+    name = "greedy_only"
+
+
+def test_decoders_that_cannot_sample_are_refused():
+    require_sampling_support("x", _GreedyOnlyDecoder, GREEDY)  # greedy: fine
     with pytest.raises(ValueError, match="cannot sample yet.*runner.temperature=0"):
-        require_sampling_support("x", cls, SAMPLING)
+        require_sampling_support("x", _GreedyOnlyDecoder, SAMPLING)
+    with pytest.raises(ValueError, match="cannot sample yet"):
+        require_sampling_support("x", _GreedyOnlyDecoder(), SAMPLING)  # an instance too
 
 
 @pytest.mark.parametrize("cls", [VanillaDecoder, SpeculativeDecoder, PromptLookupDecoder, HFAssistedDecoder,
-                                 HFGreedyDecoder])
+                                 HFGreedyDecoder, LookaheadDecoder, OuroborosDecoder])
 def test_sampling_decoders_declare_it(cls):
     require_sampling_support("x", cls, SAMPLING)
 
@@ -180,7 +192,7 @@ def _rows(tmp_path):
 
 def test_runner_sampled_rows(tmp_path):
     # (hf_assisted cannot sample with tiny-random's padded vocabularies: test_hf_assisted.py)
-    decoders = ["vanilla", "speculative", "prompt_lookup", "hf_greedy"]
+    decoders = ["vanilla", "speculative", "prompt_lookup", "hf_greedy", "lookahead", "ouroboros"]
     _run(tmp_path, f"decoder=[{','.join(decoders)}]", "runner.temperature=0.7", "runner.top_p=0.9", "runner.seed=3")
     rows = _rows(tmp_path)
     assert [r["decoder"] for r in rows] == decoders * 2
@@ -192,7 +204,7 @@ def test_runner_sampled_rows(tmp_path):
         assert r["equality_check"] == "n/a (sampled)"
     # Another run seed: other draws (vanilla's outputs change on at least one sample).
     _run(tmp_path / "b", "decoder=[vanilla]", "runner.temperature=0.7", "runner.top_p=0.9", "runner.seed=4")
-    assert [r["token_ids"] for r in _rows(tmp_path / "b")] != [r["token_ids"] for r in rows[::4]]
+    assert [r["token_ids"] for r in _rows(tmp_path / "b")] != [r["token_ids"] for r in rows[::len(decoders)]]
 
 
 def test_runner_greedy_rows_unchanged(tmp_path):
@@ -207,6 +219,7 @@ def test_runner_refuses_greedy_only_decoders_before_loading(tmp_path, monkeypatc
     import harness.app
 
     monkeypatch.setattr(harness.app, "load_pair", lambda *a, **k: pytest.fail("models loaded before the check"))
+    monkeypatch.delattr(LookaheadDecoder, "supports_sampling")  # stands in for a greedy-only decoder
     with pytest.raises(ConfigError, match="'lookahead'.*cannot sample"):
         _run(tmp_path, "decoder=[vanilla,lookahead]", "runner.temperature=0.7")
     with pytest.raises(ValueError, match="only apply when sampling"):

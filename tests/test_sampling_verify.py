@@ -15,9 +15,10 @@ import collections
 import pytest
 import torch
 
-from decoders.common.verify import multi_candidate_verify, rejection_verify, residual_probs
-from sampling_stats import (ALPHA, MISTAKES, chisquare_pvalue, distribution_pvalue, wrong_multi_candidate_verify,
-                            wrong_rejection_verify)
+from decoders.common.verify import (multi_candidate_tree_verify, multi_candidate_verify, rejection_verify,
+                                    residual_probs)
+from sampling_stats import (ALPHA, MISTAKES, TREE_MISTAKES, chisquare_pvalue, distribution_pvalue,
+                            wrong_multi_candidate_verify, wrong_rejection_verify, wrong_tree_verify)
 
 V = 5
 RUNS = 2000
@@ -125,6 +126,65 @@ def test_sampled_trunk_with_deterministic_suffixes():
     assert distribution_pvalue(_counts(run_once), EXACT) > ALPHA
 
 
+def _ouroboros_tree_run(verify, trunk_is_sampled: bool = True, stats: collections.Counter | None = None):
+    """Ouroboros' tree in one :func:`multi_candidate_tree_verify` call: root (0); the sampled trunk ``x1`` (1,
+    from ``D1``) and ``x2`` (3, from ``D2[x1]``, child of 1); a branch at the root (2): the draft's most likely
+    token other than ``x1`` (chosen AFTER ``x1`` was drawn), continued by 5; a pool suffix after ``x1`` (4,
+    deterministic sibling of ``x2``: the target's argmax there, or 0). ``trunk_is_sampled=False`` passes no
+    draft distributions (the trunk verified as if deterministic)."""
+    def run_once(g):
+        x1 = int(torch.multinomial(D1, 1, generator=g))
+        x2 = int(torch.multinomial(D2[x1], 1, generator=g))
+        alt = int(D1.clone().index_fill_(0, torch.tensor([x1]), -1.0).argmax())
+        suffix = int(T2[x1].argmax()) if int(T2[x1].argmax()) != x2 else 0
+        tokens = [-1, x1, alt, x2, suffix, 0]
+        parents = [-1, 0, 0, 1, 1, 2]
+        target = torch.stack([T1, T2[x1], T2[alt], T3[x1, x2], T3[x1, suffix], T3[alt, 0]])
+        draft = {1: D1, 3: D2[x1]} if trunk_is_sampled else None
+        path, nxt = verify(tokens, parents, target, g, draft)
+        if stats is not None:
+            stats.update(len(path) * ["accepted"] + [f"path{tuple(path[:1])}"])
+        return _two_tokens([tokens[k] for k in path][:2] + [nxt], g)
+    return run_once
+
+
+def test_tree_verify_sampled_trunk_branch_and_suffix():
+    stats = collections.Counter()
+    assert distribution_pvalue(_counts(_ouroboros_tree_run(multi_candidate_tree_verify, stats=stats)), EXACT) > ALPHA
+    assert stats["path(1,)"] and stats["path(2,)"] and stats["path()"], stats  # trunk, branch and residual draws
+
+
+@pytest.mark.parametrize("mistake", TREE_MISTAKES)
+def test_tree_verify_test_rejects_wrong_verifier(mistake):
+    counts = _counts(_ouroboros_tree_run(wrong_tree_verify(mistake)))
+    assert distribution_pvalue(counts, EXACT) < ALPHA
+
+
+def test_sampled_trunk_verified_as_deterministic_is_lossless_but_accepts_less():
+    """Why "forget the draft distribution" is not one of the wrong verifiers: a trunk token drawn independently
+    of the target's coins and verified as a deterministic candidate (accept with ``p(x)`` instead of
+    ``min(1, p(x) / q(x))``, remove ``x`` on rejection) still yields the target's distribution; it only
+    accepts less (``sum q p <= sum min(q, p)``)."""
+    sampled, deterministic = collections.Counter(), collections.Counter()
+    _counts(_ouroboros_tree_run(multi_candidate_tree_verify, stats=sampled))
+    counts = _counts(_ouroboros_tree_run(multi_candidate_tree_verify, trunk_is_sampled=False, stats=deterministic))
+    assert distribution_pvalue(counts, EXACT) > ALPHA
+    assert deterministic["accepted"] < 0.95 * sampled["accepted"], (deterministic, sampled)  # tokens accepted
+
+
+def test_tree_verify_same_token_siblings_share_their_children():
+    """Two n-grams ``[a, 1]`` and ``[a, 2]`` (nodes 1 and 2 both spell ``a``): after ``a`` is accepted, both
+    second tokens are candidates; only the first ``a`` is tried at the root. With a target certain of ``a``
+    then of ``2``, the path is node 4 (the second n-gram's ``2``) and its ancestors: ``[2, 4]``, the nodes whose
+    KV entries the decoder keeps."""
+    a = 3
+    certain = torch.eye(V)
+    tokens, parents = [-1, a, a, 1, 2], [-1, 0, 0, 1, 2]
+    target = torch.stack([certain[a], certain[2], certain[2], certain[0], certain[0]])
+    path, nxt = multi_candidate_tree_verify(tokens, parents, target, torch.Generator().manual_seed(0))
+    assert (path, nxt) == ([2, 4], 0)
+
+
 def test_sampled_child_must_come_first():
     tokens = torch.tensor([[0], [1]])
     draft = torch.stack([torch.eye(V)[0][None], D1[None]])  # deterministic 0, then a sampled 1
@@ -154,3 +214,7 @@ def test_shapes_refused():
         multi_candidate_verify(torch.tensor([[1, 2]]), torch.zeros(1, 2, V), g)
     with pytest.raises(ValueError):
         multi_candidate_verify(torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, 3, V), g)
+    with pytest.raises(ValueError, match="earlier node"):
+        multi_candidate_tree_verify([-1, 1, 2], [-1, 2, 0], torch.full((3, V), 1 / V), g)
+    with pytest.raises(ValueError):
+        multi_candidate_tree_verify([-1, 1], [-1, 0], torch.full((3, V), 1 / V), g)

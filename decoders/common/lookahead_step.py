@@ -1,19 +1,33 @@
 """One lookahead-decoding step of a model on itself: the single implementation behind lookahead decoding (on
 the target) and Ouroboros' phrase-level drafting (on the draft).
 
-Fu, Bailis, Stoica & Zhang 2024 (arXiv 2402.02057, ICML 2024), Algorithm 1, greedy. One forward feeds, as one
-token tree (:func:`decoders.common.tree.lookahead_layout`):
+Fu, Bailis, Stoica & Zhang 2024 (arXiv 2402.02057, ICML 2024), Algorithm 1 (greedy) and section 3.4 (sampling).
+One forward feeds, as one token tree (:func:`decoders.common.tree.lookahead_layout`):
 
 * the tokens the KV cache lacks, ending with the *input token* (the last known token), as a causal chain
   (:func:`decoders.common.tree.prepend_chain`; lookahead decoding feeds one, Ouroboros' drafter catches up on
   what the target accepted);
 * the **lookahead branch**: the Jacobi window (:class:`~decoders.common.jacobi.JacobiWindow`);
 * the **verification branch**: up to ``G`` pool n-grams keyed by the input token, cut to the tokens still
-  wanted, verified against THIS model's own argmax (:func:`decoders.common.verify.branch_verify`).
+  wanted, verified against THIS model's own predictions.
 
-It emits the longest accepted n-gram prefix plus the model's own next token, cut just after an EOS id, keeps
-only those tokens' KV entries (:func:`decoders.common.kv_cache.keep_path`), advances the window by one row
-and harvests its ``W`` n-grams into the pool. The emitted tokens are exactly the model's greedy continuation.
+Greedy (temperature 0): an n-gram token is accepted while it equals the model's argmax
+(:func:`decoders.common.verify.branch_verify`); the step emits the longest accepted n-gram prefix plus the
+model's own next token, exactly the model's greedy continuation. Sampling (temperature > 0): the n-grams are
+deterministic candidates verified against the model's processed distribution
+(:meth:`~decoders.common.sampling.SamplingConfig.probs`) by the multi-candidate rule
+(:func:`decoders.common.verify.multi_candidate_tree_verify`: SpecInfer's multi-step speculative sampling, as
+lookahead decoding's sampling mode applies it, arXiv 2402.02057 section 3.4): the candidates' first tokens are
+tried in turn against the residual, the accepted candidate(s) continue at the next depth, and the last token is
+drawn from the remaining residual -- so the emitted tokens are a sample of the model's own sampling
+distribution, whatever the pool holds. The step also returns the distribution each emitted token was drawn
+from (its marginal: the model's processed distribution after the preceding tokens), which Ouroboros' target
+verification needs as the draft distribution of its trunk.
+
+Either way the emitted tokens are cut just after an EOS id, only their KV entries are kept
+(:func:`decoders.common.kv_cache.keep_path`), and the window advances by one row and harvests its ``W`` n-grams
+into the pool. The window's new row is the model's **argmax** at its last row in both modes: window entries are
+only guesses that feed the pool, and never decide which tokens are emitted.
 
 What lives here: :class:`LookaheadStepper` (cache + window + sequence of one model; ``start``, ``prefill``,
 ``sync``, ``step``), :class:`StepOutput`, and :class:`LookaheadDrafter`, the drafting loop Ouroboros runs on
@@ -36,9 +50,10 @@ from decoders.common.heads import FullHead, ReducedVocabHead
 from decoders.common.jacobi import JacobiWindow
 from decoders.common.kv_cache import crop, keep_path
 from decoders.common.ngram_pool import NGramPool
+from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import lookahead_layout, prepend_chain, tree_attention
-from decoders.common.verify import branch_verify
+from decoders.common.verify import branch_verify, multi_candidate_tree_verify
 
 
 def max_depth_after(model: PreTrainedModel, position: int) -> int:
@@ -58,9 +73,14 @@ class StepOutput:
         guess_len: tokens of each verified n-gram (0 when none was verified).
         num_guesses: n-grams verified.
         tokens_fed: tokens fed in the forward (catch-up chain + window + n-grams).
-        top_probs: the model's probability of each emitted token (its softmax maximum), only when the stepper
-            was built with ``confidence=True``, else ``None``.
-        runner_up: the model's second most likely token at each emitted position (same condition).
+        top_probs: the model's probability of each emitted token, only when the stepper was built with
+            ``confidence=True``, else ``None``. Greedy: its softmax maximum; sampling: the token's probability
+            under the processed distribution it was drawn from.
+        runner_up: the model's most likely token other than the emitted one at each emitted position (greedy:
+            its second most likely token; same condition).
+        probs: sampling only (else ``None``): ``torch.FloatTensor`` of shape ``(len(emitted), vocab_width)``, the
+            processed distribution each emitted token was drawn from, in token-id space
+            (:attr:`LookaheadStepper.vocab_width` columns).
     """
 
     emitted: list[int]
@@ -70,6 +90,7 @@ class StepOutput:
     tokens_fed: int
     top_probs: list[float] | None = None
     runner_up: list[int] | None = None
+    probs: torch.Tensor | None = None
 
 
 class LookaheadStepper:
@@ -99,6 +120,9 @@ class LookaheadStepper:
         eos_token_ids: ids after which nothing is emitted.
         confidence: also report each emitted token's probability and the runner-up token (one softmax over the
             emitted positions' logits; used by Ouroboros' confidence options).
+        sampling: greedy (the default) or the sampling settings (:class:`~decoders.common.sampling.SamplingConfig`):
+            the processed distribution is taken over the head's columns (a reduced head's ids only) and placed
+            in token-id space; :meth:`prefill` and :meth:`step` then need a ``generator``.
 
     Raises:
         ValueError: if the pool's n-gram size differs from ``ngram_size``.
@@ -114,6 +138,7 @@ class LookaheadStepper:
         head: FullHead | ReducedVocabHead | None = None,
         eos_token_ids: Iterable[int] = (),
         confidence: bool = False,
+        sampling: SamplingConfig = GREEDY,
     ):
         if pool.ngram_size != ngram_size:
             raise ValueError(f"the pool holds {pool.ngram_size}-grams, the window makes {ngram_size}-grams")
@@ -125,7 +150,11 @@ class LookaheadStepper:
         self.head = head if head is not None else FullHead(model)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.confidence = confidence
+        self.sampling = sampling
         self.device = model.get_input_embeddings().weight.device
+        self._embed = model.get_input_embeddings().num_embeddings
+        self._columns: torch.Tensor | None = None  # token id of each head column (sampling; set lazily)
+        self._width = 0
         self.seq: list[int] = []
         self.cache = new_cache(model)
         self.window: JacobiWindow | None = None
@@ -140,18 +169,45 @@ class LookaheadStepper:
         self._stable = len(self.seq)
         self.pool_hits = 0
 
-    def prefill(self, upto: int) -> int:
+    @property
+    def vocab_width(self) -> int:
+        """Columns of the distributions in token-id space (sampling; known after the first forward)."""
+        return self._width
+
+    def _id_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """``(k, columns)`` head logits -> ``(k, vocab_width)`` processed distributions in token-id space.
+
+        The width is at least the model's embedding size (every id the window or the pool can feed), so a
+        candidate id always has an entry (0 where the head cannot produce it).
+        """
+        probs = self.sampling.probs(logits)
+        if self._columns is None:
+            columns = self.head.token_ids(torch.arange(logits.shape[-1], device=logits.device))
+            self._width = max(self._embed, int(columns.max()) + 1)
+            identity = self._width == logits.shape[-1] and torch.equal(
+                columns, torch.arange(logits.shape[-1], device=columns.device))
+            self._columns = torch.empty(0, dtype=torch.long) if identity else columns.to(probs.device)
+        if self._columns.numel() == 0:
+            return probs
+        return probs.new_zeros((probs.shape[0], self._width)).index_copy_(1, self._columns, probs)
+
+    def prefill(self, upto: int, generator: torch.Generator | None = None) -> int:
         """Feed ``seq[cache_len:upto]`` as one plain causal forward (no tree mask); return the model's next token.
 
         Args:
             upto: end of the fed span (``<= len(seq)``); ``len(seq) - 1`` leaves the input token for :meth:`step`.
+            generator: required when sampling.
 
         Returns:
-            The model's argmax (through the head) after ``seq[upto - 1]``.
+            After ``seq[upto - 1]``: the model's argmax (through the head) when greedy, a draw from its processed
+            distribution when sampling.
         """
+        check_generator(self.sampling, generator)
         past = self.cache.get_seq_length()
         ids = torch.tensor([self.seq[past:upto]], device=self.device)
         logits = self.head.logits(ids, self.cache, keep=1)
+        if not self.sampling.greedy:
+            return sample_token(self._id_probs(logits[-1:])[0], generator)
         return int(self.head.token_ids(logits[-1:].argmax(-1))[0])
 
     def sync(self, committed: Sequence[int]) -> None:
@@ -170,7 +226,8 @@ class LookaheadStepper:
         self._stable = len(self.seq)
 
     @torch.inference_mode()
-    def step(self, budget: int, advance_window: bool = True) -> StepOutput:
+    def step(self, budget: int, advance_window: bool = True, generator: torch.Generator | None = None
+             ) -> StepOutput:
         """One lookahead forward; appends the emitted tokens to ``seq``.
 
         Args:
@@ -178,11 +235,13 @@ class LookaheadStepper:
             advance_window: feed and advance the Jacobi window (``False`` on a decoder's very last step, where
                 the harvest could never be used). The window is also left out when its positions would pass
                 ``max_position_embeddings``.
+            generator: the only source of randomness; required when sampling.
 
         Returns:
             :class:`StepOutput`.
         """
         assert self.window is not None, "call start() first"
+        check_generator(self.sampling, generator)
         model, window, device = self.model, self.window, self.device
         past = self.cache.get_seq_length()
         chunk = self.seq[past:]  # tokens the cache lacks; the last one is the input token
@@ -207,8 +266,21 @@ class LookaheadStepper:
         best = accepted = 0
         bonus = int(preds[0])
         g_start = len(needed) - len(guesses) * guess_len  # row of the first n-gram token in `needed`
-        if guesses:
-            self.pool_hits += 1
+        self.pool_hits += bool(guesses)
+        drawn_from = None
+        if not self.sampling.greedy:
+            # Tree of the input token (node 0) and the n-grams (node 1 + b * guess_len + j), verified against
+            # the processed distribution after each node (the rows of `needed` predicting them).
+            rows = torch.tensor([0, *range(g_start, len(needed))], device=logits.device)
+            node_probs = self._id_probs(logits.index_select(0, rows))
+            tokens = [input_token] + [t for g in guesses for t in g]
+            parents = [-1] + [0 if j == 0 else b * guess_len + j for b in range(len(guesses))
+                              for j in range(guess_len)]
+            path, bonus = multi_candidate_tree_verify(tokens, parents, node_probs, generator)
+            accepted = len(path)
+            best = (path[-1] - 1) // guess_len if path else 0
+            drawn_from = node_probs[[0, *path]]  # the row each emitted token was drawn from
+        elif guesses:
             g_preds = preds[g_start:].view(len(guesses), guess_len)
             target = torch.cat([preds[:1].expand(len(guesses), 1), g_preds], dim=1)
             best, accepted, bonus = branch_verify(torch.tensor(guesses), target)
@@ -221,7 +293,13 @@ class LookaheadStepper:
         keep_path(self.cache, past, kept)
         self.seq += emitted
         top_probs = runner_up = None
-        if self.confidence:  # rows predicting each emitted token: the input token's, then the n-gram's
+        if drawn_from is not None:
+            drawn_from = drawn_from[: len(emitted)]
+            if self.confidence:  # the drawn token's probability; the most likely other token
+                picked = torch.tensor(emitted, device=drawn_from.device)[:, None]
+                top_probs = drawn_from.gather(1, picked)[:, 0].tolist()
+                runner_up = drawn_from.scatter(1, picked, -1.0).argmax(-1).tolist()
+        elif self.confidence:  # rows predicting each emitted token: the input token's, then the n-gram's
             rows = torch.tensor([0] + [g_start + best * guess_len + j for j in range(len(emitted) - 1)])
             probs = logits.index_select(0, rows.to(logits.device)).float().softmax(-1)
             top = probs.topk(min(2, probs.shape[-1]), dim=-1)
@@ -232,7 +310,7 @@ class LookaheadStepper:
             new_row = preds[1 : 1 + row_lengths[-1]].tolist()
             self.pool.insert_ngrams(window.update(input_token, new_row))
         return StepOutput(emitted, accepted, guess_len if guesses else 0, len(guesses), len(ids), top_probs,
-                          runner_up)
+                          runner_up, drawn_from)
 
 
 @dataclass(frozen=True)
@@ -240,11 +318,15 @@ class DraftProposal:
     """What :meth:`LookaheadDrafter.propose` returns.
 
     Attributes:
-        tokens: the draft tokens, the draft model's greedy continuation (cut just after an EOS id).
+        tokens: the draft tokens (cut just after an EOS id): the draft model's greedy continuation, or, when
+            sampling, a sample of its own processed distribution.
         forwards: draft forwards spent (the first call of a sample includes the prompt prefill).
         tokens_fed: tokens fed over those forwards (prompt prefill + catch-up tokens + window + n-grams).
         top_probs: the draft's probability of each token (only with ``confidence=True``).
-        runner_up: the draft's second choice at each token's position (same condition).
+        runner_up: the draft's most likely other token at each token's position (same condition).
+        probs: sampling only: ``torch.FloatTensor`` of shape ``(len(tokens), vocab_width)``, the distribution
+            each token was drawn from (the draft's processed distribution after the preceding tokens, in
+            token-id space).
     """
 
     tokens: list[int]
@@ -252,6 +334,7 @@ class DraftProposal:
     tokens_fed: int
     top_probs: list[float] | None = None
     runner_up: list[int] | None = None
+    probs: torch.Tensor | None = None
 
 
 class LookaheadDrafter:
@@ -260,7 +343,10 @@ class LookaheadDrafter:
     A :class:`~decoders.common.lookahead_step.LookaheadStepper` on the draft (its KV cache, Jacobi window and
     ``seq``, the committed tokens followed by what it drafted), plus the drafting loop. Each forward feeds the
     tokens the draft cache lacks, the window and the pool n-grams keyed by the last token, and emits several
-    draft tokens when an n-gram matches the draft's own argmax.
+    draft tokens when an n-gram matches the draft's own argmax (greedy) or is accepted by the multi-candidate rule
+    against the draft's own processed distribution (sampling: the drafted tokens are then a sample of the draft
+    model's sampling distribution, and :attr:`DraftProposal.probs` holds the distribution each was drawn from,
+    which Ouroboros' target verification uses as the draft distribution).
 
     Example::
 
@@ -280,6 +366,7 @@ class LookaheadDrafter:
         eos_token_ids: ids that end a draft.
         head: the draft's head (default: :class:`~decoders.common.heads.FullHead` cut at ``vocab_limit``).
         confidence: also report each draft token's probability and runner-up.
+        sampling: greedy (the default) or the sampling settings; :meth:`propose` then needs a ``generator``.
     """
 
     def __init__(
@@ -293,13 +380,14 @@ class LookaheadDrafter:
         eos_token_ids: Iterable[int] = (),
         head: FullHead | ReducedVocabHead | None = None,
         confidence: bool = False,
+        sampling: SamplingConfig = GREEDY,
     ):
         check_int("window_size (W)", window_size, 1)
         check_int("ngram_size (N)", ngram_size, 2)
         head = head or FullHead(model, vocab_limit or model.get_output_embeddings().out_features)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.stepper = LookaheadStepper(model, pool, window_size, ngram_size, seed, head, self.eos_token_ids,
-                                        confidence)
+                                        confidence, sampling)
         self.prefill_tokens = 0  # tokens of the plain causal prompt prefill (one forward, the first)
 
     @property
@@ -321,7 +409,8 @@ class LookaheadDrafter:
         self.stepper.sync(committed)
 
     @torch.inference_mode()
-    def propose(self, max_tokens: int, stop_confidence: float = 0.0) -> DraftProposal:
+    def propose(self, max_tokens: int, stop_confidence: float = 0.0, generator: torch.Generator | None = None
+                ) -> DraftProposal:
         """Draft up to ``max_tokens`` tokens continuing ``seq`` (fewer at an EOS id or a confidence stop).
 
         The first call after :meth:`start` also prefills the cache with the prompt (one more forward).
@@ -329,22 +418,28 @@ class LookaheadDrafter:
         Args:
             max_tokens: most draft tokens.
             stop_confidence: stop after a forward that emitted a token whose draft probability is below this
-                (0 = never; needs ``confidence=True``).
+                (0 = never; needs ``confidence=True``). Whether drafting goes on depends only on tokens already
+                drawn, so under sampling it is a stopping rule that keeps each token's draft distribution.
+            generator: required when sampling.
         """
         stepper = self.stepper
+        check_generator(stepper.sampling, generator)
         drafted: list[int] = []
         probs: list[float] = []
         runner_up: list[int] = []
+        drawn_from: list[torch.Tensor] = []
         forwards = fed = 0
         if max_tokens > 0 and stepper.cache.get_seq_length() == 0 and len(stepper.seq) > 1:
             # The prompt goes through one plain causal forward (no O(prompt^2) tree mask); the lookahead
             # forwards then only catch up on the few tokens the target accepted since the last step.
             self.prefill_tokens = len(stepper.seq) - 1
-            stepper.prefill(len(stepper.seq) - 1)
+            stepper.prefill(len(stepper.seq) - 1, generator)  # (its next token is not used)
             forwards, fed = 1, self.prefill_tokens
         while len(drafted) < max_tokens and not (drafted and drafted[-1] in self.eos_token_ids):
-            out = stepper.step(max_tokens - len(drafted))
+            out = stepper.step(max_tokens - len(drafted), generator=generator)
             drafted += out.emitted
+            if out.probs is not None:
+                drawn_from.append(out.probs)
             forwards += 1
             fed += out.tokens_fed
             if out.top_probs is not None:
@@ -353,4 +448,5 @@ class LookaheadDrafter:
                 if min(out.top_probs) < stop_confidence:
                     break
         confident = stepper.confidence
-        return DraftProposal(drafted, forwards, fed, probs if confident else None, runner_up if confident else None)
+        return DraftProposal(drafted, forwards, fed, probs if confident else None, runner_up if confident else None,
+                             torch.cat(drawn_from) if drawn_from else None)

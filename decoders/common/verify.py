@@ -12,10 +12,13 @@ target's processed distribution one at a time.
 
 * :func:`rejection_verify`: a linear draft sampled from the draft model's own distribution -- modified
   rejection sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2).
-* :func:`multi_candidate_verify`: several candidate branches in one forward, deterministic (n-gram) drafts or
-  a sampled trunk -- SpecInfer's multi-step speculative sampling (Miao et al. 2024, arXiv 2305.09781,
-  section 4.2), which lookahead decoding's sampling mode also follows (Fu et al. 2024, arXiv 2402.02057,
-  section 3.4). One branch of deterministic tokens is prompt lookup's case.
+* :func:`multi_candidate_tree_verify`: a token tree of candidates in one forward, deterministic (n-gram, pool
+  phrase, copied) drafts and/or a sampled trunk -- SpecInfer's multi-step speculative sampling (Miao et al.
+  2024, arXiv 2305.09781, section 4.2), which lookahead decoding's sampling mode also follows (Fu et al. 2024,
+  arXiv 2402.02057, section 3.4). Lookahead decoding (its n-grams, on the target; Ouroboros' drafter, on the
+  draft) and Ouroboros' target verification (sampled trunk + deterministic suffixes and branches) use it.
+  :func:`multi_candidate_verify` is the same rule with the candidates given as branches; one branch of
+  deterministic tokens is prompt lookup's case.
 * :func:`residual_probs`: the shared residual ``normalize(max(0, target_probs - draft_probs))``.
 
 Names: ``draft_probs`` is the distribution the draft token was drawn from, ``target_probs`` the target
@@ -24,6 +27,8 @@ whose meaning differs between papers and codebases.
 """
 
 from __future__ import annotations
+
+from typing import Mapping, Sequence
 
 import torch
 
@@ -220,36 +225,124 @@ def rejection_verify(
     return n, int(torch.multinomial(probs, 1, generator=generator))
 
 
+def multi_candidate_tree_verify(
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+    draft_probs: Mapping[int, torch.Tensor] | None = None,
+) -> tuple[list[int], int]:
+    """Lossless sampling verification of a token tree fed in one forward; the tree form of the rule.
+
+    SpecInfer's multi-step speculative sampling (Miao et al. 2024, arXiv 2305.09781, section 4.2, "MSS"), which
+    lookahead decoding's sampling mode follows for its n-gram candidates (Fu et al. 2024, arXiv 2402.02057,
+    section 3.4; hao-ai-lab/LookaheadDecoding ``jacobi_sample_multilevel``, "algorithm modified from
+    specinfer"). Node 0 is the root (the last committed token). Starting there with
+    ``residual = target_probs[root]``, the children of the current node are tried in index order:
+
+    * child ``x`` is accepted with probability ``min(1, residual[x] / draft_probs[x])`` -- for a deterministic
+      candidate (no ``draft_probs`` entry: an n-gram, a pool phrase, a copied draft) that is ``residual[x]``;
+    * on rejection, ``residual = residual_probs(residual, draft_probs)`` -- for a deterministic candidate, ``x``
+      is removed and the rest renormalised -- and the next child is tried. A child whose token was already
+      tried at this node is skipped (its residual mass is 0, so it would be rejected).
+
+    An accepted child becomes the current node (``residual`` = the target's distribution after it). Siblings
+    spelling the same token are one node of the prefix tree: after ``x`` is accepted, the children of every
+    sibling spelling ``x`` are candidates at the next depth (in index order), so two n-grams sharing a prefix
+    both stay alive. When every child is rejected, the next token is drawn from ``residual``; after a leaf,
+    from the target's distribution there (the bonus token). At every node the emitted token is distributed
+    exactly as ``target_probs`` there, so the output keeps the target's distribution.
+
+    Sampled children (with ``draft_probs``, i.e. drawn from that distribution -- Ouroboros' trunk) follow
+    Leviathan et al. 2023's rule (arXiv 2211.17192, Alg. 1) at their node and must be the first child tried
+    there (checked); deterministic siblings after them are then tried against the residual
+    ``normalize(max(0, target_probs - draft_probs))``, which keeps the distribution because the multi-candidate
+    rule samples any distribution exactly. Deterministic candidates may depend on anything drawn before this
+    call (the sampled trunk included), never on this call's draws.
+
+    Example:
+        Root ``r``, candidates ``4`` (node 1) and ``1`` (node 2) as children of the root,
+        ``target_probs[0] = [.1, .1, .1, .1, .6]``: 4 is accepted with probability 0.6; otherwise 1 with
+        probability ``0.1 / 0.4 = 0.25``; otherwise the token is drawn from ``[1/3, 0, 1/3, 1/3, 0]``. Overall
+        token 1 keeps ``0.4 * 0.25 = 0.1``, its target probability.
+
+    Args:
+        tokens: token ids of the ``n`` fed nodes, root first (the root's own id is not verified); ``-1`` marks a
+            padding node (never accepted).
+        parents: ``n`` parent indices (``-1`` for the root, else an earlier index).
+        target_probs: ``torch.FloatTensor`` of shape ``(n, vocab_size)``: the target's processed distribution
+            after each node (:meth:`decoders.common.sampling.SamplingConfig.probs`).
+        generator: source of the uniform draws (one per child tried) and of the final draw.
+        draft_probs: ``None`` (every node deterministic), or a mapping from node index to the
+            ``torch.FloatTensor`` of shape ``(vocab_size,)`` that node's token was drawn from.
+
+    Returns:
+        ``(path, next_token)`` like :func:`tree_verify`: the accepted nodes' indices (root excluded, in order):
+        the lowest-index node that spells the accepted tokens and its ancestors (one root-to-node chain, the
+        nodes whose KV entries a decoder keeps), and the token emitted after them.
+
+    Raises:
+        ValueError: on mismatched sizes, a parent that is not an earlier node, or a sampled child that is not
+            the first child tried at its node.
+    """
+    n = len(tokens)
+    if n == 0 or len(parents) != n or parents[0] != -1 or target_probs.dim() != 2 or target_probs.shape[0] != n:
+        raise ValueError(f"need n >= 1 tokens and parents with the root first and target_probs (n, V); got "
+                         f"{n}, {len(parents)}, {tuple(target_probs.shape)}")
+    children: list[list[int]] = [[] for _ in range(n)]
+    for k in range(1, n):
+        if not 0 <= parents[k] < k:
+            raise ValueError(f"parents[{k}] = {parents[k]}: a node's parent must be an earlier node")
+        children[parents[k]].append(k)
+    current = [0]  # nodes spelling the accepted prefix (several when candidates share it)
+    while True:
+        residual = target_probs[current[0]]
+        kids = sorted(k for c in current for k in children[c])
+        tried: set[int] = set()
+        accepted = None
+        for k in kids:
+            x = int(tokens[k])
+            if x < 0 or x in tried:
+                continue  # padding, or a token already tried here (rejected: its residual mass is 0)
+            q = draft_probs.get(k) if draft_probs is not None else None
+            p_draft_x = 1.0 if q is None else float(q[x])
+            if p_draft_x < 1.0 and tried:
+                raise ValueError(f"node {k}: a sampled draft token must be the first child tried at its node "
+                                 "(order sampled candidates before deterministic ones)")
+            tried.add(x)
+            u = float(torch.rand((), generator=generator, device=target_probs.device))
+            # u < min(1, residual[x] / p_draft_x)  <=>  u * p_draft_x < residual[x]
+            if u * p_draft_x < float(residual[x]):
+                accepted = x
+                break
+            if q is None:
+                q = torch.zeros_like(residual)
+                q[x] = 1.0
+            residual = residual_probs(residual, q)
+        if accepted is None:
+            break
+        current = [k for k in kids if int(tokens[k]) == accepted]
+    path = []
+    k = current[0]
+    while k:
+        path.append(k)
+        k = parents[k]
+    return path[::-1], int(torch.multinomial(residual, 1, generator=generator))
+
+
 def multi_candidate_verify(
     branch_tokens: torch.Tensor,
     target_probs: torch.Tensor,
     generator: torch.Generator,
     draft_probs: torch.Tensor | None = None,
 ) -> tuple[int, int, int]:
-    """Lossless sampling verification of several candidate branches verified in one forward.
+    """Lossless sampling verification of several candidate branches: :func:`multi_candidate_tree_verify` with
+    the candidates given as branches (the rule is implemented once, there).
 
-    SpecInfer's multi-step speculative sampling (Miao et al. 2024, arXiv 2305.09781, "MSS"), as lookahead
-    decoding applies it to its n-gram candidates (hao-ai-lab/LookaheadDecoding, ``jacobi_sample_multilevel``,
-    "algorithm modified from specinfer"). The branches form a token tree (branches that share a prefix share
-    those nodes). Starting at the root with ``residual = target_probs`` there, each distinct child token ``x``
-    of the current node is tried in branch order:
-
-    * accept ``x`` with probability ``min(1, residual[x] / draft_probs[x])``; for a deterministic candidate
-      (``draft_probs`` one-hot at ``x``, the default) that is ``residual[x]``;
-    * on rejection, ``residual = residual_probs(residual, draft_probs)`` -- for a deterministic candidate,
-      ``x`` is removed and the rest renormalised -- and the next child is tried.
-
-    An accepted child becomes the current node (``residual`` = the target's distribution after it) and the
-    branches through it stay alive. When every child is rejected, the next token is drawn from ``residual``;
-    at a leaf (a whole branch accepted), from the target's distribution after it (the bonus token). At every
-    node the emitted token is distributed exactly as ``target_probs`` there, so sampled output keeps the
-    target's distribution whatever the candidates are.
-
-    Phase-2 uses: lookahead's n-gram pool and Ouroboros' pool suffixes are deterministic candidates (one-hot);
-    Ouroboros' trunk, sampled from the draft model, is a chain whose nodes have a single sampled child
-    (with ``draft_probs``), i.e. :func:`rejection_verify`'s rule, followed by deterministic suffixes.
-    Requirement for exactness (checked): a child with a non-one-hot ``draft_probs`` (a sampled draft) must be
-    the first child tried at its node -- later deterministic siblings are fine.
+    Each branch is a linear candidate continuing the committed prefix; branches that share a prefix share
+    those nodes of the prefix tree, and children are tried in branch order. One branch of deterministic tokens
+    is prompt lookup's case (accept ``x`` with ``target_probs[x]``, else draw from ``target_probs`` without
+    ``x``); a branch with ``draft_probs`` is a sampled draft (Leviathan et al.'s rule at its nodes).
 
     Example:
         One deterministic branch ``[[4, 2]]`` (prompt lookup), ``target_probs[0, 0] = [.1, .1, .1, .1, .6]``:
@@ -265,7 +358,8 @@ def multi_candidate_verify(
             first ``j`` tokens (column 0 is the same for every branch).
         generator: source of the uniform draws and of the resampled token.
         draft_probs: ``None`` (every candidate deterministic), or ``torch.FloatTensor`` of shape
-            ``(num_branches, branch_len, vocab_size)``: the distribution each branch token was drawn from.
+            ``(num_branches, branch_len, vocab_size)``: the distribution each branch token was drawn from
+            (one-hot rows are deterministic tokens).
 
     Returns:
         ``(branch_index, num_accepted, next_token)``, like :func:`branch_verify`: a branch holding the accepted
@@ -280,46 +374,20 @@ def multi_candidate_verify(
             f"branch_tokens must have shape (num_branches >= 1, branch_len), got {tuple(branch_tokens.shape)}"
         )
     num_branches, branch_len = branch_tokens.shape
-    if tuple(target_probs.shape[:2]) != (num_branches, branch_len + 1):
+    if target_probs.dim() != 3 or tuple(target_probs.shape[:2]) != (num_branches, branch_len + 1):
         raise ValueError(f"target_probs needs shape ({num_branches}, {branch_len + 1}, V), "
                          f"got {tuple(target_probs.shape)}")
-    if draft_probs is not None and tuple(draft_probs.shape) != (num_branches, branch_len, target_probs.shape[-1]):
-        raise ValueError(f"draft_probs needs shape ({num_branches}, {branch_len}, {target_probs.shape[-1]}), "
+    vocab = target_probs.shape[-1]
+    if draft_probs is not None and tuple(draft_probs.shape) != (num_branches, branch_len, vocab):
+        raise ValueError(f"draft_probs needs shape ({num_branches}, {branch_len}, {vocab}), "
                          f"got {tuple(draft_probs.shape)}")
-    tokens = branch_tokens.tolist()
-    alive = list(range(num_branches))
-    depth = 0
-    while True:
-        node = alive[0]
-        residual = target_probs[node, depth]
-        if depth == branch_len:
-            break
-        tried: set[int] = set()
-        accepted = None
-        for b in alive:
-            x = tokens[b][depth]
-            if x < 0 or x in tried:
-                continue  # padding, or a node already tried (its deterministic retry would be rejected)
-            if draft_probs is None:
-                p_draft_x = 1.0
-                q = None
-            else:
-                q = draft_probs[b, depth]
-                p_draft_x = float(q[x])
-                if p_draft_x < 1.0 and tried:
-                    raise ValueError(f"branch {b} depth {depth}: a sampled draft token must be the first child "
-                                     "tried at its node (order sampled branches before deterministic ones)")
-            tried.add(x)
-            u = float(torch.rand((), generator=generator, device=target_probs.device))
-            if u * p_draft_x < float(residual[x]):
-                accepted = x
-                break
-            if q is None:
-                q = torch.zeros_like(residual)
-                q[x] = 1.0
-            residual = residual_probs(residual, q)
-        if accepted is None:
-            break
-        alive = [b for b in alive if tokens[b][depth] == accepted]
-        depth += 1
-    return alive[0], depth, int(torch.multinomial(residual, 1, generator=generator))
+    # Node 0 = the root, node 1 + b * branch_len + j = branch b's token j (parent: its token j - 1, or the root).
+    tokens = [-1] + branch_tokens.reshape(-1).tolist()
+    parents = [-1] + [0 if j == 0 else b * branch_len + j for b in range(num_branches) for j in range(branch_len)]
+    node_probs = (target_probs[0] if num_branches == 1
+                  else torch.cat([target_probs[0, :1], target_probs[:, 1:].reshape(-1, vocab)]))
+    node_draft = (None if draft_probs is None else
+                  {1 + b * branch_len + j: draft_probs[b, j] for b in range(num_branches) for j in range(branch_len)})
+    path, next_token = multi_candidate_tree_verify(tokens, parents, node_probs, generator, node_draft)
+    branch = (path[-1] - 1) // branch_len if path else 0
+    return branch, len(path), next_token
