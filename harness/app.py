@@ -269,7 +269,10 @@ def main_job(cfg: DictConfig) -> float | None:
     supplied = supplied_arguments(pair, eos, settings.sampling)
     decoders, params = {}, {}
     for name, dcfg in dec_cfgs.items():
-        decoders[name] = build_decoder(dcfg, supplied)
+        try:
+            decoders[name] = build_decoder(dcfg, supplied)
+        except ValueError as e:  # a setting this pair cannot honour: one line, nothing measured yet
+            raise ConfigError(f"decoder {name}: {e}") from None
         params[name] = {k: v for k, v in dcfg.items() if k not in NON_PARAM_KEYS}
     env = environment(pair.device, pair.dtype, PROJECT_DIR)
     identity = {

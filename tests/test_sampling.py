@@ -237,3 +237,12 @@ def test_resume_never_mixes_greedy_and_sampled_cells(tmp_path, capsys):
     _run(tmp_path / "sampled", "decoder=[vanilla]", "task.limit=1", "runner.temperature=0.7")
     _run(tmp_path / "sampled", "decoder=[vanilla]", "task.limit=1", "runner.temperature=0.7")
     assert [r["temperature"] for r in _rows(tmp_path / "sampled")] == [0.7]  # ... but a sampled run resumes its own
+
+
+def test_runner_refuses_a_setting_the_pair_cannot_honour_in_one_line(tmp_path):
+    """hf_assisted cannot sample with tiny-random's padded vocabularies: a ConfigError naming the decoder (one
+    line, exit 2 from run.py), raised while building decoders, before any cell runs or any row is written."""
+    with pytest.raises(ConfigError, match=r"^decoder hf_assisted: hf_assisted cannot sample with this pair") as e:
+        _run(tmp_path, "decoder=[vanilla,hf_assisted]", "runner.temperature=0.7")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "results.jsonl").exists()
