@@ -1,29 +1,55 @@
 """The one aggregation module: every number in ``summary.csv``, the paper report, the regression gate, the
-run comparison and the figures is computed here, from result rows. Pure functions of DataFrames (pandas and
-numpy only; no torch, no decoders, no tasks). Loading files, formatting tables and drawing live elsewhere
-(:mod:`harness.report`, :mod:`plots`).
+run comparison and the figures is computed here, from result rows -- and so is every warning about them
+(machine load, cross-process pairs, disagreeing estimators). Pure functions of DataFrames (pandas and numpy
+only; no torch, no decoders, no tasks). Loading files, formatting tables and drawing live elsewhere
+(:mod:`harness.report`, :mod:`plots`); the runner adds only the note that a run was interrupted.
 
 Definitions (stated once, used everywhere):
 
 * ``tokens_per_s`` of a row: new tokens / wall seconds of the whole ``generate`` call (prefill included);
   a cell's ``tokens_per_s`` is the mean over its rows, ``tokens_per_s_total`` the ratio of totals.
-* ``speedup`` of a decoder: the mean over rows of the paired ratio
+* ``speedup`` (end to end) of a decoder: the mean over rows of the paired ratio
   ``tokens_per_s(decoder) / tokens_per_s(vanilla)`` on the same sample, turn and repeat in the same run
   (``run_id``); ``speedup_total`` is the ratio of totals (vanilla seconds per token summed over the same
   rows / the decoder's). Spec-Bench's ``speed.py`` uses a ratio of mean tokens/s, a third estimator.
+* ``decode_speedup``: the same paired mean for ``decode_tokens_per_s`` (new tokens after the first /
+  seconds after the first token, the runner's stopwatch): what the decoder does once the prompt is
+  prefilled. Rows with one new token have no decode rate and no decode pair.
+* ``ttft_s``: mean seconds to the first new token (the target's prefill, plus whatever a decoder does
+  before it: ``hf_assisted`` drafts first). ``prefill_share``: mean over rows of ``ttft_s / wall_time_s``,
+  the share of a call spent before its first new token -- large on short-answer tasks, where the end-to-end
+  speedup cannot exceed what the decode-only speedup shows.
 * ``accept_length`` (tau): total new tokens / total target forwards (prefill included; vanilla = 1.0).
 * ``acceptance_rate`` (alpha): total accepted draft tokens / total drafted tokens.
-* Intervals: percentile bootstrap (default 95 %, 2000 resamples, seeded) that resamples samples and, within
-  each drawn sample, its observations (repeats, turns, several runs of the same identity). ``*_low`` /
-  ``*_high`` are its bounds, ``*_std`` the bootstrap standard error.
-* Run-to-run noise: the standard deviation of a cell's figure over *replicates* (one replicate = one
-  ``(run_id, repeat)``) that cover the same samples -- what the regression gate's speed margin is built from.
+* ``equal_to_vanilla``: share of rows whose tokens equal vanilla's (``matches_vanilla``), over greedy rows
+  only. Sampled rows (``equality_check = "n/a (sampled)"``, ``matches_vanilla: null``) make no token
+  claim: their cell's ``equality_check`` says ``n/a (sampled)``, ``equal_to_vanilla`` is empty, and they are
+  never listed as divergent (their losslessness is a distribution property, tested in CI).
+* Quality (the task's ``quality_columns``): the mean over rows; for sampled runs over several seeds
+  (``sampling_seed``, i.e. ``runner.seed``), the mean over seeds of each seed's mean, with a Student-t
+  interval over seeds (``<q>_low`` / ``<q>_high``, ``seeds - 1`` degrees of freedom) and ``<q>_seed_std``:
+  how much the score moves with the seed on these samples (not with other samples).
+* Intervals of speed figures: percentile bootstrap (default 95 %, 2000 resamples, seeded) that resamples
+  samples and, within each drawn sample, its observations (repeats, turns, seeds, several runs of the same
+  identity). ``*_low`` / ``*_high`` are its bounds, ``*_std`` the bootstrap standard error.
+* Counts: ``samples`` = distinct samples; ``rows`` = ok rows (samples x turns x repeats x runs);
+  ``repeats`` = distinct ``repeat`` values; ``seeds`` = distinct sampling seeds (0 for greedy rows);
+  ``replicates`` = how many times each sample was measured (``(run_id, repeat)`` pairs, the fewest over
+  samples: shards of one run cover different samples and do not add replicates).
+* Run-to-run noise: the standard deviation of a cell's figure over *replicates* that cover the same
+  samples -- what the regression gate's speed margin is built from.
 
-Runs that differ are never pooled: a *group* is one run identity (:data:`RUN_IDENTITY_FIELDS`: task and its
-version, model pair, dtype, machine, code version, generation budget, ...); rows of different identities
-land in different groups (and different table rows) unless ``pool=True`` is asked for, which logs what was
-pooled. Within a group a *cell* is one decoder configuration (``label``). Shards and repeated runs of one
-identity merge into one group.
+Runs that differ are never pooled: a *group* is one setting (:data:`RUN_IDENTITY_FIELDS`: task and its
+version, model pair, dtype, machine, code version, generation budget, sampling settings, and the runner's
+``group_identity`` -- the hash of the full run identity without the list of decoders and without
+``runner.seed``); rows of different settings land in different groups (and different table rows) unless
+``pool=True`` is asked for, which logs what was pooled. Within a group a *cell* is one decoder configuration
+(``label``). So: shards of one run (same ``run_identity``, different ``shard``) merge; the jobs of a decoder
+sweep (``decoder.speculative.gamma=2,4``) are one group whose cells are told apart by their labels; runs that
+differ only in ``runner.seed`` are one group whose cells pool the seeds (speedups stay paired within each
+run; quality gets its interval over seeds); any other difference (a model seed, the prompt style, the
+warm-up) makes another group. Rows written before ``group_identity`` existed fall back to ``run_identity``
+(when present), which is never coarser.
 """
 
 from __future__ import annotations
@@ -41,36 +67,71 @@ import pandas as pd
 log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------------ constants
-#: Row columns that make a run identity. Rows that differ in any of them (where present) are different runs
-#: and are never pooled (``pool=True`` keeps only task and model pair).
+#: Row columns that make a group (one setting). Rows that differ in any of them (where present) are different
+#: runs and are never pooled (``pool=True`` keeps only task and model pair). ``group_identity`` is the
+#: runner's hash of everything else (see the module docstring); the named fields are listed so that a group's
+#: label can say what differs.
 RUN_IDENTITY_FIELDS = ("task", "task_version", "model", "target_model", "draft_model", "dtype", "device_name",
-                       "git_commit", "git_dirty", "max_new_tokens", "config_digest", "source")
+                       "git_commit", "git_dirty", "max_new_tokens", "temperature", "top_p", "top_k",
+                       "group_identity", "source")
+#: Identity fields that are hashes: shown in a group label only when no readable field tells the groups apart.
+HASH_IDENTITY_FIELDS = ("group_identity",)
 #: Identity fields kept when pooling (``pool=True``).
 POOLED_IDENTITY_FIELDS = ("task", "target_model", "draft_model")
+#: Columns every ``ok`` row must carry (the runner writes them all): without them a figure would be computed from
+#: nothing and print as a number; :func:`prepare` refuses such rows, naming what is missing.
+REQUIRED_OK_COLUMNS = ("decoder", "sample_id", "new_tokens", "num_steps", "wall_time_s", "tokens_per_s")
+NULLABLE_OK_COLUMNS = ("tokens_per_s",)
+#: Values that rows written before the sampling columns existed mean (greedy decoding).
+SAMPLING_DEFAULTS = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
 #: Keys pairing a decoder's row with vanilla's (same run, sample, turn and repeat).
 PAIR_KEYS = ("run_id", "task", "sample_id", "turn", "repeat")
 #: Score columns recognised when neither the caller nor the rows declare a task's quality columns.
 KNOWN_QUALITY_COLUMNS = ("pass@1", "accuracy", "exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum")
-#: Load columns the runner may record per row (load averages before/after the cell) and the core count.
-LOAD_COLUMNS = ("load_avg_1m_before", "load_avg_1m_after")
-CPU_COUNT_COLUMN = "cpu_count"
+#: Load columns the runner records per row (1-minute load average before/after the timed call), then the names
+#: older rows used; the usable core count (``cpu_affinity``), then the cores present (``cpu_count``).
+LOAD_COLUMNS = ("load_1m_before", "load_1m_after")
+LEGACY_LOAD_COLUMNS = ("load_avg_1m_before", "load_avg_1m_after")
+CORE_COLUMNS = ("cpu_affinity", "cpu_count")
+#: A row ran on a loaded machine when its load average exceeded the usable cores by more than this: the run's
+#: own threads (up to one per core) load the machine up to the core count, anything above is other work.
+LOAD_MARGIN = 0.5
+#: ``equality_check`` of a sampled row (the runner's value), and what a cell of greedy rows says.
+EQUALITY_SAMPLED = "n/a (sampled)"
+EQUALITY_EXACT = "exact"
 #: Hyper-parameter keys of a decoder config that are not hyper-parameters.
 NON_PARAM_KEYS = ("_target_", "_partial_", "uses_draft")
 #: Columns of a tidy summary row that say which run and configuration it belongs to.
 SUMMARY_ID_COLUMNS = ["task", "task_version", "model", "target_model", "draft_model", "dtype", "device_name",
-                      "git_commit", "max_new_tokens", "group", "label", "decoder", "decoder_params"]
+                      "git_commit", "max_new_tokens", "temperature", "top_p", "top_k", "run_identity", "group",
+                      "label", "decoder", "decoder_params"]
 SUMMARY_COLUMNS = [
-    "samples", "observations", "replicates", "failed", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high",
-    "tokens_per_s_total", "speedup", "speedup_low", "speedup_high", "speedup_total", "speedup_total_low",
-    "speedup_total_high", "accept_length", "accept_length_low", "accept_length_high", "acceptance_rate",
-    "target_tokens_fed_per_step", "draft_forwards_per_step", "equal_to_vanilla", "speedup_repeat_std",
-    "tokens_per_s_repeat_std", "load_max", "rows_over_load", "warnings",
+    "samples", "rows", "repeats", "seeds", "replicates", "failed", "tokens_per_s", "tokens_per_s_low",
+    "tokens_per_s_high", "tokens_per_s_total", "speedup", "speedup_low", "speedup_high", "speedup_total",
+    "speedup_total_low", "speedup_total_high", "decode_tokens_per_s", "decode_speedup", "decode_speedup_low",
+    "decode_speedup_high", "ttft_s", "prefill_share", "accept_length", "accept_length_low",
+    "accept_length_high", "acceptance_rate", "target_tokens_fed_per_step", "draft_forwards_per_step",
+    "equality_check", "equal_to_vanilla", "paired_across_processes", "speedup_repeat_std",
+    "tokens_per_s_repeat_std", "load_max", "rows_over_load", "usable_cores", "warnings",
 ]
-#: Columns of ``summary.md`` (the CSV has them all): the label, the headline numbers and their intervals.
-SUMMARY_MD_COLUMNS = ["group", "label", "samples", "replicates", "tokens_per_s", "speedup", "speedup_low",
-                      "speedup_high", "speedup_total", "accept_length", "acceptance_rate",
-                      "target_tokens_fed_per_step", "draft_forwards_per_step", "equal_to_vanilla", "load_max"]
-#: Counters that are deterministic for a given code, model, data and float32 (the gate checks them exactly).
+#: Columns of ``summary.md`` (the CSV has them all): the label, the headline numbers and their intervals
+#: (``x``, ``x_low``, ``x_high`` print as one ``x [low, high]`` cell).
+SUMMARY_MD_COLUMNS = ["group", "label", "samples", "rows", "repeats", "seeds", "tokens_per_s", "speedup",
+                      "speedup_total", "decode_speedup", "ttft_s", "prefill_share", "accept_length",
+                      "acceptance_rate", "target_tokens_fed_per_step", "draft_forwards_per_step", "equal_to_vanilla",
+                      "paired_across_processes", "load_max"]
+#: Figures of ``summary.md`` printed with their interval (``x [low, high]``), besides the quality columns.
+MD_INTERVALS = ("speedup", "decode_speedup")
+#: The legend under the summary's table (and the report's definitions).
+SUMMARY_LEGEND = (
+    "speedup = mean over samples of tokens/s(decoder) / tokens/s(vanilla), paired within one run (speedup_total "
+    "= ratio of totals); decode_speedup = the same for decode-only tokens/s (after the first token); ttft_s = "
+    "mean seconds to the first new token; prefill_share = mean ttft_s / wall_time_s; accept_length = new tokens "
+    "/ target forwards (prefill included); equal_to_vanilla = share of greedy rows equal to vanilla (n/a for "
+    "sampled rows); [low, high] = 95% bootstrap interval over samples and repeats (quality: t-interval over "
+    "seeds); samples = distinct samples, rows = measured rows, replicates = measurements per sample")
+#: Counters that are deterministic for a given code, model, data, seeds and float32 (the gate checks them
+#: exactly).
 COUNTER_COLUMNS = ("new_tokens", "num_steps", "draft_forwards", "num_drafted", "num_accepted")
 
 
@@ -182,15 +243,20 @@ def identity_fields(rows: pd.DataFrame, pool: bool = False) -> list[str]:
 
 def _short(field: str, value: Any) -> str:
     v = fmt_value(value)
+    if field in HASH_IDENTITY_FIELDS:
+        return v[:8]
     return v[:7] if field == "git_commit" and len(v) > 12 else v
 
 
 def run_groups(rows: pd.DataFrame, pool: bool = False) -> tuple[pd.Series, list[str]]:
-    """Group label of each row (one group per run identity) and the identity fields that vary.
+    """Group label of each row (one group per setting, see the module docstring) and the identity fields that
+    vary.
 
-    The label is ``task: target / draft``, plus ``(field=value, ...)`` for the identity fields that differ
-    between the groups (``git_commit`` shortened to 7 characters). With ``pool=True`` only task and model pair
-    separate groups, and a warning names the identity fields that were pooled.
+    The label is ``task: target / draft``, plus ``(field=value, ...)`` for the readable identity fields that
+    differ between the groups (``git_commit`` shortened to 7 characters, e.g. ``temperature=0.7``); the hash
+    ``group_identity`` (8 characters) is added only to labels that the readable fields leave equal for
+    different groups (two runs that differ in, say, a model seed or the prompt style). With ``pool=True`` only
+    task and model pair separate groups, and a warning names the identity fields that were pooled.
 
     Returns:
         ``(labels, varying)``: a Series aligned with ``rows`` and the varying identity fields.
@@ -200,11 +266,20 @@ def run_groups(rows: pd.DataFrame, pool: bool = False) -> tuple[pd.Series, list[
         [()] * len(rows)
     shown = {"task", "model", "target_model", "draft_model"}
     varying = [f for i, f in enumerate(fields) if len({k[i] for k in keys}) > 1]  # None counts as a value
-    extra = [(i, f) for i, f in enumerate(fields) if f in varying and f not in shown]
+    extra = [(i, f) for i, f in enumerate(fields) if f in varying and f not in shown
+             and f not in HASH_IDENTITY_FIELDS]
+    hashed = [(i, f) for i, f in enumerate(fields) if f in varying and f in HASH_IDENTITY_FIELDS]
     task = rows["task"].astype(str) if "task" in rows else pd.Series(["-"] * len(rows), index=rows.index)
     base = task + ": " + model_pair(rows)
     if extra:
         base = base + [" (" + ", ".join(f"{f}={_short(f, k[i])}" for i, f in extra) + ")" for k in keys]
+    if hashed:
+        label_keys: dict[str, set] = {}
+        for lab, k in zip(base, keys):
+            label_keys.setdefault(lab, set()).add(k)
+        base = pd.Series([lab if len(label_keys[lab]) == 1 else
+                          f"{lab} [" + ", ".join(f"{f}={_short(f, k[i])}" for i, f in hashed) + "]"
+                          for lab, k in zip(base, keys)], index=rows.index, dtype=object)
     if pool:
         hidden = [f for f in identity_fields(rows) if f not in fields and len({norm(v) for v in rows[f]}) > 1]
         if hidden:
@@ -213,10 +288,24 @@ def run_groups(rows: pd.DataFrame, pool: bool = False) -> tuple[pd.Series, list[
     return base.astype(object), varying
 
 
+def is_sampled(rows: pd.DataFrame) -> pd.Series:
+    """Per row: whether it was sampled (``equality_check`` says so, or ``temperature > 0``); rows without
+    either column were greedy (the harness sampled nothing before these columns existed)."""
+    out = pd.Series(False, index=rows.index, dtype=bool)
+    if "equality_check" in rows:
+        out |= rows["equality_check"].astype(str).str.startswith("n/a")
+    if "temperature" in rows:
+        out |= num(rows["temperature"]).fillna(0) > 0
+    return out
+
+
 def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
     """``rows`` with the columns every aggregate needs: ``model_pair``, ``label`` (decoder configuration),
-    ``group`` (run identity) and defaults for missing bookkeeping columns. Idempotent."""
+    ``group`` (run identity) and defaults for missing bookkeeping columns: the greedy defaults of the sampling
+    columns where a row lacks them (:data:`SAMPLING_DEFAULTS`), and ``group_identity`` from ``run_identity``
+    for rows written before it existed. Idempotent."""
     rows = rows.copy()
+    check_columns(rows)
     for c, default in (("status", "ok"), ("decoder_params", "{}"), ("turn", 0), ("repeat", 0), ("run_id", "run")):
         if c not in rows:
             rows[c] = default
@@ -225,12 +314,42 @@ def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
             rows[c] = math.nan
     rows["turn"] = rows["turn"].fillna(0)
     rows["repeat"] = rows["repeat"].fillna(0)
+    for c, default in SAMPLING_DEFAULTS.items():
+        if c in rows:
+            rows[c] = rows[c].where(rows[c].notna(), default)
+    if "run_identity" in rows:
+        fallback = rows["run_identity"]
+        rows["group_identity"] = rows["group_identity"].where(rows["group_identity"].notna(), fallback) \
+            if "group_identity" in rows else fallback
     rows["model_pair"] = model_pair(rows)
     if "label" not in rows:
         rows["label"] = config_labels(rows)
     if "group" not in rows or pool:
         rows["group"], _ = run_groups(rows, pool)
     return rows
+
+
+def check_columns(rows: pd.DataFrame) -> None:
+    """Refuse rows whose ``ok`` rows lack a column of :data:`REQUIRED_OK_COLUMNS` (or miss its value; only
+    ``tokens_per_s`` may be null, where a call took no measurable time: such a row is left out of the speed
+    figures, never counted as 0).
+
+    Raises:
+        ValueError: naming the missing columns and how many ok rows lack them; the rows were not written by
+            this harness's runner (or :mod:`harness.specbench`'s import), or were edited.
+    """
+    ok = _ok(rows)
+    if ok.empty:
+        return
+    absent = [c for c in REQUIRED_OK_COLUMNS if c not in ok]
+    empty = {c: int(ok[c].isna().sum()) for c in REQUIRED_OK_COLUMNS
+             if c in ok and c not in NULLABLE_OK_COLUMNS and ok[c].isna().any()}
+    if absent or empty:
+        what = [f"{c} (no such column)" for c in absent] + [f"{c} (null in {n} of {len(ok)} ok rows)"
+                                                              for c, n in empty.items()]
+        raise ValueError(f"result rows with status ok lack {', '.join(what)}: every number of the summary, report "
+                         "and gate is computed from these columns; re-run the cells with the harness's runner "
+                         "(or fix the rows) rather than aggregate them")
 
 
 def quality_columns(rows: pd.DataFrame, declared: Sequence[str] | None = None) -> list[str]:
@@ -264,20 +383,37 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
 
     Args:
         rows: result rows with ``run_id, task, sample_id, decoder, tokens_per_s, wall_time_s, new_tokens,
-            status`` (``turn`` / ``repeat`` where present).
+            status`` (``turn`` / ``repeat`` / ``decode_tokens_per_s`` / ``attempt_id`` /
+            ``paired_across_processes`` where present).
 
     Returns:
         ``rows`` (status ``ok`` only) with ``vanilla_tokens_per_s``, ``vanilla_wall_time_s``,
-        ``vanilla_new_tokens`` and ``speedup`` columns; NaN where vanilla has no row.
+        ``vanilla_new_tokens``, ``speedup`` (NaN where vanilla has no row), ``decode_speedup`` (the paired
+        ratio of ``decode_tokens_per_s``; NaN where either side has none) and ``cross_process`` (the row is
+        paired with a vanilla row written by another process: the row says so, or the two ``attempt_id``
+        differ).
     """
     ok = _ok(rows).copy()
     keys = [k for k in PAIR_KEYS if k in ok.columns]
-    vanilla = ok[ok["decoder"] == "vanilla"][keys + ["tokens_per_s", "wall_time_s", "new_tokens"]]
+    extra = [c for c in ("decode_tokens_per_s", "attempt_id") if c in ok.columns]
+    vanilla = ok[ok["decoder"] == "vanilla"][keys + ["tokens_per_s", "wall_time_s", "new_tokens", *extra]]
     vanilla = vanilla.drop_duplicates(keys, keep="last").rename(columns={
         "tokens_per_s": "vanilla_tokens_per_s", "wall_time_s": "vanilla_wall_time_s",
-        "new_tokens": "vanilla_new_tokens"})
+        "new_tokens": "vanilla_new_tokens", "decode_tokens_per_s": "vanilla_decode_tokens_per_s",
+        "attempt_id": "vanilla_attempt_id"})
     merged = ok.merge(vanilla, on=keys, how="left")
     merged["speedup"] = num(merged["tokens_per_s"]) / num(merged["vanilla_tokens_per_s"])
+    if "decode_tokens_per_s" in merged:
+        merged["decode_speedup"] = num(merged["decode_tokens_per_s"]) / num(merged["vanilla_decode_tokens_per_s"])
+    else:
+        merged["decode_speedup"] = math.nan
+    cross = pd.Series(False, index=merged.index, dtype=bool)
+    if "paired_across_processes" in merged:
+        cross |= merged["paired_across_processes"].map(lambda v: norm(v) is True)
+    if "attempt_id" in merged:
+        both = merged["attempt_id"].notna() & merged["vanilla_attempt_id"].notna()
+        cross |= both & (merged["attempt_id"].astype(str) != merged["vanilla_attempt_id"].astype(str))
+    merged["cross_process"] = cross & (merged["decoder"] != "vanilla")
     return merged
 
 
@@ -401,7 +537,9 @@ def replicate_noise(g: pd.DataFrame, value: str) -> tuple[float, int]:
         value: column to average per replicate (``speedup``, ``tokens_per_s``).
 
     Returns:
-        ``(std, replicates)``; std is NaN when no sample set has two replicates.
+        ``(std, replicates)``; std is NaN when no sample set has two replicates; ``replicates`` is how many
+        replicates measured each sample, the fewest over the cell's samples (two shards of one run are one
+        replicate, three seeds or repeats of every sample are three).
     """
     if g.empty or value not in g:
         return math.nan, 0
@@ -416,20 +554,99 @@ def replicate_noise(g: pd.DataFrame, value: str) -> tuple[float, int]:
         if len(m) >= 2:
             ss += float(((m - m.mean()) ** 2).sum())
             dof += len(m) - 1
-    return (math.sqrt(ss / dof) if dof else math.nan), int(rep.nunique())
+    per_sample = rep.groupby(sample, sort=False).nunique()
+    return (math.sqrt(ss / dof) if dof else math.nan), int(per_sample.min())
 
 
-def load_stats(g: pd.DataFrame, load_factor: float = 1.0) -> tuple[float, int | None, float]:
-    """``(max load average, rows whose load exceeded load_factor x cores, cores)`` of rows that record load
-    (:data:`LOAD_COLUMNS`, :data:`CPU_COUNT_COLUMN`); ``(NaN, None, NaN)`` when they do not."""
-    cols = [c for c in LOAD_COLUMNS if c in g]
-    if not cols or CPU_COUNT_COLUMN not in g:
+def load_columns(rows: pd.DataFrame) -> list[str]:
+    """The load-average columns ``rows`` carry: the runner's (:data:`LOAD_COLUMNS`), else the older names
+    (:data:`LEGACY_LOAD_COLUMNS`)."""
+    cols = [c for c in LOAD_COLUMNS if c in rows]
+    return cols or [c for c in LEGACY_LOAD_COLUMNS if c in rows]
+
+
+def usable_cores(rows: pd.DataFrame) -> pd.Series:
+    """Per row: the cores the run could use (``cpu_affinity``; ``cpu_count`` where that is missing); NaN when
+    rows record neither."""
+    out = pd.Series(math.nan, index=rows.index, dtype=float)
+    for c in reversed(CORE_COLUMNS):  # cpu_affinity wins where both exist
+        if c in rows:
+            v = num(rows[c])
+            out = v.where(v.notna(), out)
+    return out
+
+
+def load_stats(g: pd.DataFrame, margin: float = LOAD_MARGIN) -> tuple[float, int | None, float]:
+    """``(max load average, rows whose load exceeded their usable cores + margin, usable cores)`` of rows that
+    record load (:func:`load_columns`, :func:`usable_cores`); ``(NaN, None, NaN)`` when they do not."""
+    cols = load_columns(g)
+    cores = usable_cores(g)
+    if not cols or cores.isna().all():
         return math.nan, None, math.nan
     load = pd.concat([num(g[c]) for c in cols], axis=1).max(axis=1)
-    cores = num(g[CPU_COUNT_COLUMN])
-    over = int((load > load_factor * cores).sum())
-    return (float(load.max()) if load.notna().any() else math.nan), over, (
-        float(cores.max()) if cores.notna().any() else math.nan)
+    over = int((load > cores + margin).sum())
+    return (float(load.max()) if load.notna().any() else math.nan), over, float(cores.max())
+
+
+def _load_warning(group: str, rows: pd.DataFrame, margin: float) -> str | None:
+    """One warning for a group whose rows ran on a loaded machine (None when none did)."""
+    peak, over, cores = load_stats(rows, margin)
+    if not over:
+        return None
+    return (f"machine load ({group}): the 1-minute load average reached {peak:.1f} on {fmt_value(cores)} usable "
+            f"cores; {over} of {len(rows)} rows were measured above {fmt_value(cores)} + {margin:g} (columns "
+            f"{', '.join(load_columns(rows))}): other work shared the machine, so timings and speedups are "
+            "unreliable; rerun on a quiet machine")
+
+
+# ------------------------------------------------------------------------------------------------ quality
+def t_quantile(p: float, dof: int) -> float:
+    """Quantile ``p`` (0.5 < p < 1) of Student's t distribution with ``dof`` degrees of freedom, by bisection
+    on its CDF (Simpson's rule over the density; |error| < 1e-6 for the quantiles used here).
+
+    Example: ``t_quantile(0.975, 2)`` is 4.303, ``t_quantile(0.975, 1)`` is 12.706.
+    """
+    if not 0.5 < p < 1 or dof < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and dof >= 1, got p={p}, dof={dof}")
+    c = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+
+    def cdf(t: float) -> float:
+        x = np.linspace(0.0, t, 4001)
+        y = c * (1.0 + x * x / dof) ** (-(dof + 1) / 2)
+        h = t / 4000
+        return 0.5 + h / 3 * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def seed_interval(g: pd.DataFrame, column: str, level: float = 0.95) -> dict[str, float]:
+    """A quality column of one cell over sampling seeds: each seed's mean over its rows, then their mean,
+    standard deviation and Student-t interval (``seeds - 1`` degrees of freedom).
+
+    Args:
+        g: the cell's ok rows, with ``column`` and ``sampling_seed``.
+
+    Returns:
+        ``{"mean", "low", "high", "seed_std", "seeds"}``; with fewer than two seeds the mean is over rows and the
+        rest NaN (``seeds`` counts the distinct non-null seeds).
+    """
+    x = num(g[column])
+    seeds = g["sampling_seed"].map(norm) if "sampling_seed" in g else pd.Series([None] * len(g), index=g.index)
+    keep = x.notna() & seeds.notna()
+    per_seed = x[keep].groupby(seeds[keep].astype(str), sort=False).mean()
+    n = len(per_seed)
+    if n < 2:
+        return {"mean": float(x.mean()) if x.notna().any() else math.nan, "low": math.nan, "high": math.nan,
+                "seed_std": math.nan, "seeds": n}
+    mean, sd = float(per_seed.mean()), float(per_seed.std(ddof=1))
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * sd / math.sqrt(n)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "seed_std": sd, "seeds": n}
 
 
 # ------------------------------------------------------------------------------------------------ aggregate
@@ -462,7 +679,7 @@ def ordered_labels(agg: pd.DataFrame) -> list[str]:
 
 def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_ratio: float | None = None,
               n_boot: int = 2000, level: float = 0.95, seed: int = 0, pool: bool = False,
-              by: Sequence[str] = (), disagree_rel: float = 0.10, load_factor: float = 1.0) -> pd.DataFrame:
+              by: Sequence[str] = (), disagree_rel: float = 0.10, load_margin: float = LOAD_MARGIN) -> pd.DataFrame:
     """One row per (group, extra keys ``by``, decoder configuration) with every reported number.
 
     Args:
@@ -474,16 +691,21 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
         by: further columns to split cells by (e.g. ``("category",)`` for per-category tables).
         disagree_rel: warn when the two speedup estimators differ by more than this fraction and beyond
             their bootstrap noise.
-        load_factor: warn when a row's load average exceeds ``load_factor`` x its CPU count.
+        load_margin: warn when a row's load average exceeds its usable cores by more than this
+            (:data:`LOAD_MARGIN`).
 
     Returns:
-        Columns: group, the identity fields, ``by``, label, decoder, decoder_params, the hyper-parameters,
-        samples (distinct samples), observations (rows), replicates, failed, tokens_per_s[_low/_high/_std],
-        tokens_per_s_total, speedup[_low/_high/_std], speedup_total[_low/_high], accept_length[_low/_high],
-        acceptance_rate, target_tokens_fed_per_step, draft_forwards_per_step, equal_to_vanilla,
-        divergent_samples, gamma_used, cost_ratio, cost_ratio_source, theory_accept_length, theory_speedup,
-        efficiency, speedup_repeat_std, tokens_per_s_repeat_std, load_max, rows_over_load, cpu_count,
-        warnings (a list of strings), and the quality means.
+        Columns: group, the identity fields, run_identity (the distinct values, comma-joined), ``by``, label,
+        decoder, decoder_params, the hyper-parameters, samples, rows, repeats, seeds, replicates, failed,
+        tokens_per_s[_low/_high/_std], tokens_per_s_total, speedup[_low/_high/_std],
+        speedup_total[_low/_high], decode_tokens_per_s, decode_speedup[_low/_high/_std], ttft_s,
+        prefill_share, accept_length[_low/_high], acceptance_rate, target_tokens_fed_per_step,
+        draft_forwards_per_step, equality_check, equal_to_vanilla, divergent_samples, paired_across_processes,
+        gamma_used, cost_ratio, cost_ratio_source, theory_accept_length, theory_speedup, efficiency,
+        speedup_repeat_std, tokens_per_s_repeat_std, load_max, rows_over_load, usable_cores (``cpu_affinity``,
+        else ``cpu_count``),
+        warnings (a list of strings), and per quality column its mean (with ``_low``, ``_high``,
+        ``_seed_std`` over seeds when there are several).
     """
     if rows.empty:
         return pd.DataFrame()
@@ -494,6 +716,7 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
     keys = ["group", *by, "label"]
     merged = paired_speedups(rows)
     paired = {k: g for k, g in merged.groupby(keys, sort=False, dropna=False)}
+    load_warnings = {grp: _load_warning(str(grp), _ok(g), load_margin) for grp, g in rows.groupby("group", sort=False)}
     out = []
     for key, all_g in rows.groupby(keys, sort=False, dropna=False):
         g = paired.get(key, merged.iloc[0:0])
@@ -502,6 +725,8 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
         for f in ident:
             vals = {norm(v) for v in all_g[f]}
             rec[f] = norm(first[f]) if len(vals) == 1 else ", ".join(sorted(map(fmt_value, vals)))
+        if "run_identity" in all_g:
+            rec["run_identity"] = ", ".join(dict.fromkeys(str(v) for v in all_g["run_identity"].dropna()))
         rec["model_pair"] = first["model_pair"]
         rec["decoder"] = first["decoder"]
         rec["decoder_params"] = first["decoder_params"]
@@ -510,7 +735,9 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
             rec[k] = norm(p.get(k))
         rec["failed"] = int((all_g["status"] != "ok").sum())
         rec["samples"] = int(g[["task", "sample_id"]].drop_duplicates().shape[0]) if len(g) else 0
-        rec["observations"] = len(g)
+        rec["rows"] = len(g)
+        rec["repeats"] = int(g["repeat"].nunique()) if len(g) else 0
+        rec["seeds"] = int(g["sampling_seed"].map(norm).dropna().nunique()) if "sampling_seed" in g else 0
         warnings: list[str] = []
         if g.empty:
             rec["warnings"] = warnings
@@ -531,9 +758,8 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
             if "target_tokens_fed_per_step" in g else math.nan,
             "draft_forwards_per_step": num(g["draft_forwards_per_step"]).mean()
             if "draft_forwards_per_step" in g else math.nan,
-            "equal_to_vanilla": g["matches_vanilla"].astype(float).mean() if "matches_vanilla" in g else math.nan,
-            "divergent_samples": sorted(map(str, g.loc[~g["matches_vanilla"].fillna(False).astype(bool),
-                                                       "sample_id"].unique())) if "matches_vanilla" in g else [],
+            **_equality(g),
+            **_prefill(g),
             "gamma_used": gamma,
             "cost_ratio": c,
             "cost_ratio_source": c_src,
@@ -542,14 +768,29 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
         })
         rec["efficiency"] = rec["speedup"] / rec["accept_length"] if rec["accept_length"] else math.nan
         for q in quality:
-            rec[q] = num(g[q]).mean()
+            # a cell with no value at all is another task's column (a mixed report) or unscored: blank, not a
+            # number; a cell scored in part (scoring failed on some rows) says so
+            missing = int(num(g[q]).isna().sum())
+            failed = int(g["score_error"].notna().sum()) if "score_error" in g else 0
+            if missing and (missing < len(g) or failed):
+                warnings.append(f"{rec['label']} ({rec['group']}): {q} is missing in {missing} of {len(g)} rows "
+                                f"({failed} with score_error): its mean covers the other rows only")
+            if rec["seeds"] >= 2:
+                si = seed_interval(g, q, level)
+                rec[q], rec[f"{q}_low"], rec[f"{q}_high"], rec[f"{q}_seed_std"] = (si["mean"], si["low"],
+                                                                                  si["high"], si["seed_std"])
+            else:
+                rec[q] = num(g[q]).mean()
         rec["speedup_repeat_std"], rec["replicates"] = replicate_noise(g, "speedup")
         rec["tokens_per_s_repeat_std"], _ = replicate_noise(g, "tokens_per_s")
-        rec["load_max"], rec["rows_over_load"], rec["cpu_count"] = load_stats(all_g, load_factor)
-        if rec["rows_over_load"]:
-            warnings.append(f"load: {rec['rows_over_load']} of {len(all_g)} rows ran with a load average above "
-                            f"{load_factor:g} x the {fmt_value(rec['cpu_count'])} cores (max {rec['load_max']:.2f}); "
-                            f"other work competed for the machine, timings are not trustworthy")
+        rec["paired_across_processes"] = int(g["cross_process"].sum())
+        if rec["paired_across_processes"]:
+            warnings.append(f"{rec['label']} ({rec['group']}): {rec['paired_across_processes']} of {len(g)} rows "
+                            "are paired with a vanilla row measured in another process (a resumed run; column "
+                            "paired_across_processes): their speedups compare timings of two processes")
+        rec["load_max"], rec["rows_over_load"], rec["usable_cores"] = load_stats(_ok(all_g), load_margin)
+        if rec["rows_over_load"] and load_warnings.get(key[0]):
+            warnings.append(load_warnings[key[0]])
         rec["warnings"] = warnings
         out.append(rec)
     agg = _order(pd.DataFrame(out))
@@ -558,9 +799,38 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
         if len(vals) and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
                              and float(v).is_integer() for v in vals):
             agg[k] = agg[k].astype("Int64")
-    for w in (w for ws in agg["warnings"] for w in ws):
-        log.warning("%s", w)
     return agg
+
+
+def _equality(g: pd.DataFrame) -> dict[str, Any]:
+    """``equality_check``, ``equal_to_vanilla`` and ``divergent_samples`` of one cell's ok rows: greedy rows
+    with a ``matches_vanilla`` value are compared; sampled rows and rows without a reference (vanilla gave
+    no output) are neither equal nor divergent."""
+    sampled = is_sampled(g)
+    mv = g["matches_vanilla"].map(norm) if "matches_vanilla" in g else pd.Series([None] * len(g), index=g.index)
+    compared = mv.notna() & ~sampled
+    if sampled.all():
+        check = EQUALITY_SAMPLED
+    elif compared.any():
+        check = EQUALITY_EXACT if not sampled.any() else f"{EQUALITY_EXACT} ({int(sampled.sum())} sampled rows n/a)"
+    else:
+        check = None
+    equal = mv[compared].astype(bool)
+    return {"equality_check": check, "equal_to_vanilla": float(equal.mean()) if compared.any() else math.nan,
+            "divergent_samples": sorted(map(str, g.loc[equal.index[~equal.to_numpy()], "sample_id"].unique()))}
+
+
+def _prefill(g: pd.DataFrame) -> dict[str, float]:
+    """Mean ``decode_tokens_per_s``, ``ttft_s`` and ``prefill_share`` (mean of ``ttft_s / wall_time_s``) of one
+    cell's ok rows; NaN for columns the rows do not carry."""
+    out = {"decode_tokens_per_s": num(g["decode_tokens_per_s"]).mean() if "decode_tokens_per_s" in g else math.nan,
+           "ttft_s": math.nan, "prefill_share": math.nan}
+    if "ttft_s" in g:
+        ttft = num(g["ttft_s"])
+        out["ttft_s"] = ttft.mean()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["prefill_share"] = (ttft / num(g["wall_time_s"]).where(lambda w: w > 0)).mean()
+    return out
 
 
 def _cell_stats(g: pd.DataFrame, n_boot: int, level: float, seed: int, disagree_rel: float,
@@ -569,21 +839,24 @@ def _cell_stats(g: pd.DataFrame, n_boot: int, level: float, seed: int, disagree_
     tps, new, steps, wall = (num(g[c]).to_numpy(float) for c in ("tokens_per_s", "new_tokens", "num_steps",
                                                                    "wall_time_s"))
     ratio = num(g["speedup"]).to_numpy(float)
+    decode = num(g["decode_speedup"]).to_numpy(float)
     v_wall, v_new = num(g["vanilla_wall_time_s"]).to_numpy(float), num(g["vanilla_new_tokens"]).to_numpy(float)
     paired = np.isfinite(ratio) & np.isfinite(v_wall) & np.isfinite(v_new) & np.isfinite(wall)
+    dpaired = np.isfinite(decode)
     fin = np.isfinite(tps)
     clusters = (g["task"].astype(str) + "/" + g["sample_id"].astype(str)).tolist()
     w = bootstrap_weights(clusters, n_boot, seed)
     one = np.ones((1, len(g)))
 
     def stats(weights: np.ndarray) -> dict[str, np.ndarray]:
-        wp, wf = weights * paired, weights * fin
+        wp, wf, wd = weights * paired, weights * fin, weights * dpaired
         with np.errstate(invalid="ignore", divide="ignore"):
             sp = (wp @ np.nan_to_num(ratio)) / wp.sum(axis=1)
             spt = ((wp @ np.nan_to_num(v_wall)) / (wp @ np.nan_to_num(v_new))) / (
                 (wp @ np.nan_to_num(wall)) / (wp @ np.nan_to_num(new)))
             return {
                 "speedup": sp, "speedup_total": spt,
+                "decode_speedup": (wd @ np.nan_to_num(decode)) / wd.sum(axis=1),
                 "tokens_per_s": (wf @ np.nan_to_num(tps)) / wf.sum(axis=1),
                 "accept_length": (weights @ np.nan_to_num(new)) / (weights @ np.nan_to_num(steps)),
             }
@@ -607,55 +880,105 @@ def _cell_stats(g: pd.DataFrame, n_boot: int, level: float, seed: int, disagree_
     return rec
 
 
+def run_warnings(agg: pd.DataFrame) -> list[str]:
+    """The distinct warnings of an aggregate (machine load, once per group; cross-process pairs and
+    disagreeing estimators, per cell), in table order: what ``summary.md``, ``report.md`` and the runner's
+    log print."""
+    return iter_warnings([agg])
+
+
 def summarize(rows: pd.DataFrame, quality_columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
     """The tidy per-run summary (``summary.csv``): one row per (group, decoder configuration) carrying the
-    identity (task, task version, model pair, dtype, hardware, code version, budget), each hyper-parameter as
-    its own column, then the numbers of :data:`SUMMARY_COLUMNS` and the quality means.
+    identity (task, task version, model pair, dtype, hardware, code version, budget, sampling settings, run
+    identity), each hyper-parameter as its own column, then the numbers of :data:`SUMMARY_COLUMNS` and the
+    quality means (with their intervals over seeds where there are several seeds).
 
-    ``summary.attrs["warnings"]`` lists the warnings (estimator disagreement, load);
-    :func:`to_markdown` prints them under the table. Keyword arguments go to :func:`aggregate`.
+    ``summary.attrs["warnings"]`` lists the warnings (:func:`run_warnings`); :func:`to_markdown` prints them
+    above the table. Keyword arguments go to :func:`aggregate`.
     """
     if rows.empty:
         return pd.DataFrame(columns=SUMMARY_ID_COLUMNS + SUMMARY_COLUMNS)
     agg = aggregate(rows, quality=quality_columns, **kwargs)
     params = decoder_param_columns(agg)
-    qual = [q for q in _find_quality(rows, quality_columns) if q in agg]
+    qual = [q for q in _find_quality(prepare(rows), quality_columns) if q in agg]
+    qual_cols = [c for q in qual for c in (q, f"{q}_low", f"{q}_high", f"{q}_seed_std") if c in agg]
     cols = [c for c in SUMMARY_ID_COLUMNS if c in agg] + [p for p in params if p in agg] + \
-        [c for c in SUMMARY_COLUMNS if c in agg] + qual
+        [c for c in SUMMARY_COLUMNS if c in agg] + qual_cols
     summary = agg[cols].copy()
     summary["warnings"] = ["; ".join(w) for w in agg["warnings"]]
-    summary.attrs["warnings"] = list(dict.fromkeys(w for ws in agg["warnings"] for w in ws))
+    summary.attrs["warnings"] = run_warnings(agg)
     summary.attrs["quality"] = qual
     summary.attrs["params"] = params
     return summary
 
 
 # ------------------------------------------------------------------------------------------------ tables
-def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f", columns: Sequence[str] | None = None) -> str:
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f", columns: Sequence[str] | None = None,
+                notes: Sequence[str] = ()) -> str:
     """Markdown table (numbers right-aligned; pandas' ``to_markdown`` needs tabulate, this does not).
 
-    For a :func:`summarize` frame: the columns of :data:`SUMMARY_MD_COLUMNS` plus the quality means (the
-    group only when there are several, replicates only when repeated, load only when recorded), and
-    ``attrs["warnings"]`` follow the table as a list.
+    For a :func:`summarize` frame: the columns of :data:`SUMMARY_MD_COLUMNS` plus the quality means, a
+    figure with an interval printed as one ``x [low, high]`` cell, ``equal_to_vanilla`` as ``n/a`` for
+    sampled cells; columns that say nothing here are left out (the group when there is one, repeats and
+    rows without repeats, seeds of greedy runs, prefill columns the rows do not record, cross-process
+    pairs when there are none, load when not recorded). ``notes`` and ``attrs["warnings"]`` precede the
+    table as a list.
     """
-    warnings = list(df.attrs.get("warnings", []))
-    if columns is None:
+    warnings = list(dict.fromkeys([*notes, *df.attrs.get("warnings", [])]))
+    if columns is None and "quality" in df.attrs:
+        df, columns = _summary_md_frame(df)
+    elif columns is None:
         columns = [c for c in df.columns if c != "warnings"]
-        if "quality" in df.attrs:
-            columns = [c for c in SUMMARY_MD_COLUMNS if c in df] + list(df.attrs["quality"])
-            columns = [c for c in columns if not (c == "group" and df[c].nunique() <= 1)
-                       and not (c == "replicates" and (num(df[c]).fillna(1) <= 1).all())
-                       and not (c == "load_max" and num(df[c]).isna().all())]
     cells = [[_md_cell(v, floatfmt) for v in df[c]] for c in columns]
-    numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in columns]
+    numeric = [c != "label" and c != "group" and (pd.api.types.is_numeric_dtype(df[c])
+                                                   or c in _md_interval_columns(df.attrs))
+               and not pd.api.types.is_bool_dtype(df[c]) for c in columns]
     lines = ["| " + " | ".join(map(str, columns)) + " |",
              "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
     for i in range(len(df)):
         lines.append("| " + " | ".join(col[i] for col in cells) + " |")
     text = "\n".join(lines)
     if warnings:
-        text += "\n\nWarnings:\n" + "\n".join(f"- {w}" for w in warnings)
+        text = "Warnings:\n" + "\n".join(f"- {w}" for w in warnings) + "\n\n" + text
     return text
+
+
+def _md_interval_columns(attrs: Mapping[str, Any]) -> list[str]:
+    return list(attrs.get("_interval_columns", []))
+
+
+def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.DataFrame, list[str]]:
+    """The frame and columns :func:`to_markdown` prints for a :func:`summarize` frame."""
+    df = summary.copy()
+    quality = list(summary.attrs.get("quality", []))
+
+    def blank(c: str) -> bool:
+        return c not in df or num(df[c]).isna().all()
+
+    columns = [c for c in SUMMARY_MD_COLUMNS if c in df] + [q for q in quality if q in df]
+    drop = {"group"} if "group" in df and df["group"].nunique() <= 1 else set()
+    if "repeats" in df and (num(df["repeats"]).fillna(1) <= 1).all():
+        drop.add("repeats")
+    if {"rows", "samples"} <= set(df.columns) and (num(df["rows"]) == num(df["samples"])).all():
+        drop.add("rows")
+    if "seeds" in df and (num(df["seeds"]).fillna(0) <= 1).all():
+        drop.add("seeds")
+    if "paired_across_processes" in df and (num(df["paired_across_processes"]).fillna(0) == 0).all():
+        drop.add("paired_across_processes")
+    drop |= {c for c in ("decode_speedup", "ttft_s", "prefill_share", "load_max") if blank(c)}
+    columns = [c for c in columns if c not in drop]
+    intervals = []
+    for c in columns:
+        if (c in MD_INTERVALS or c in quality) and f"{c}_low" in df and num(df[f"{c}_low"]).notna().any():
+            df[c] = [_md_cell(v, floatfmt) + ("" if pd.isna(lo) else f" [{lo:{floatfmt}}, {hi:{floatfmt}}]")
+                     for v, lo, hi in zip(df[c], num(df[f"{c}_low"]), num(df[f"{c}_high"]))]
+            intervals.append(c)
+    if "equal_to_vanilla" in df and "equality_check" in df:
+        sampled = df["equality_check"].astype(str) == EQUALITY_SAMPLED
+        df["equal_to_vanilla"] = [("n/a" if s else v) for s, v in zip(sampled, df["equal_to_vanilla"])]
+        intervals.append("equal_to_vanilla")
+    df.attrs["_interval_columns"] = intervals
+    return df, columns
 
 
 def _md_cell(v: Any, floatfmt: str) -> str:
@@ -798,22 +1121,45 @@ def acceptance_per_position(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def time_breakdown(rows: pd.DataFrame) -> pd.DataFrame:
-    """Milliseconds per generated token spent drafting, verifying and elsewhere, per (group, configuration),
-    from the per-phase timer columns ``draft_time_s`` / ``verify_time_s``; empty when rows have none."""
-    cols = ["group", "label", "draft_ms", "verify_ms", "other_ms"]
+    """Milliseconds per generated token by phase, per (group, configuration): ``prefill_ms`` (to the first new
+    token, ``ttft_s``), ``draft_ms`` / ``verify_ms`` (the per-phase timers ``draft_time_s`` /
+    ``verify_time_s`` of decoders that lap them; a prefill lapped as ``verify``, as Ouroboros does, is taken
+    out of ``verify_ms``: it is in ``prefill_ms``), ``decode_ms`` (the rest of the decode when the phases are
+    not split) and ``other_ms`` (the rest of a split decode: host work, bookkeeping). Rows need ``ttft_s`` or
+    both timers; empty when none has them.
+
+    Example: a row of 10 new tokens, 1.0 s wall, ttft 0.2 s, no timers -> prefill 20 ms, decode 80 ms per
+    token; with draft 0.3 s and verify 0.6 s (prefill included) -> prefill 20, draft 30, verify 40, other 10.
+    """
+    cols = ["group", "label", "prefill_ms", "draft_ms", "verify_ms", "decode_ms", "other_ms"]
     ok = _ok(rows)
-    if not {"draft_time_s", "verify_time_s"} <= set(ok.columns):
+    timers = {"draft_time_s", "verify_time_s"} <= set(ok.columns)
+    if not timers and "ttft_s" not in ok:
         return pd.DataFrame(columns=cols)
-    ok = ok[num(ok["draft_time_s"]).notna() & num(ok["verify_time_s"]).notna()]
+    ok = ok.assign(
+        _ttft=num(ok["ttft_s"]) if "ttft_s" in ok else math.nan,
+        _draft=num(ok["draft_time_s"]) if timers else math.nan,
+        _verify=num(ok["verify_time_s"]) if timers else math.nan)
+    split = ok["_draft"].notna() & ok["_verify"].notna()
+    ok = ok[split | ok["_ttft"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=cols)
     if "group" not in ok:
         ok = ok.assign(group="")
-    per = ok.groupby(["group", "label"], sort=False)[["draft_time_s", "verify_time_s", "wall_time_s",
+    ttft = ok["_ttft"].fillna(0.0)
+    wall = num(ok["wall_time_s"])
+    ok = ok.assign(
+        _prefill=ttft,
+        _draft=ok["_draft"].where(split, 0.0),
+        _verify=(ok["_verify"] - ttft).clip(lower=0).where(split, 0.0),
+        _decode=(wall - ttft).clip(lower=0).where(~split, 0.0))
+    ok = ok.assign(_other=(wall - ok["_prefill"] - ok["_draft"] - ok["_verify"]).clip(lower=0).where(split, 0.0))
+    per = ok.groupby(["group", "label"], sort=False)[["_prefill", "_draft", "_verify", "_decode", "_other",
                                                       "new_tokens"]].sum()
-    ms = 1000.0 / per["new_tokens"]
-    out = pd.DataFrame({"draft_ms": per["draft_time_s"] * ms, "verify_ms": per["verify_time_s"] * ms})
-    out["other_ms"] = (per["wall_time_s"] * ms - out["draft_ms"] - out["verify_ms"]).clip(lower=0)
+    ms = 1000.0 / num(per["new_tokens"])
+    out = pd.DataFrame({"prefill_ms": per["_prefill"] * ms, "draft_ms": per["_draft"] * ms,
+                        "verify_ms": per["_verify"] * ms, "decode_ms": per["_decode"] * ms,
+                        "other_ms": per["_other"] * ms})
     return out.reset_index()[cols]
 
 
@@ -869,8 +1215,10 @@ def category_column(rows: pd.DataFrame) -> str | None:
 
 
 def counters(g: pd.DataFrame) -> dict[str, Any]:
-    """Deterministic counters of one cell's ok rows, one observation per (sample, turn): totals of
-    :data:`COUNTER_COLUMNS`, a digest of the per-sample values, and whether repeats of a sample disagree.
+    """Deterministic counters of one cell's ok rows, one observation per (sample, turn) -- per (sample, turn,
+    seed, repeat) for sampled rows, whose repeats and seeds draw different tokens (each draw is deterministic
+    given its ``sample_seed``): totals of :data:`COUNTER_COLUMNS`, a digest of the per-observation values, and
+    whether repeats of one greedy sample disagree.
 
     Returns:
         ``{"totals": {col: int}, "digest": str, "inconsistent_samples": [sample ids]}``.
@@ -878,6 +1226,11 @@ def counters(g: pd.DataFrame) -> dict[str, Any]:
     g = _ok(g)
     cols = [c for c in COUNTER_COLUMNS if c in g]
     key = g["sample_id"].astype(str) + "#" + (g["turn"].astype(str) if "turn" in g else "0")
+    sampled = is_sampled(g)
+    if sampled.any():
+        seed = g["sampling_seed"].map(fmt_value) if "sampling_seed" in g else "-"
+        rep = g["repeat"].map(fmt_value) if "repeat" in g else "0"
+        key = key.where(~sampled, key + "#seed=" + seed + "#repeat=" + rep)
     per: dict[str, tuple] = {}
     bad: list[str] = []
     for k, vals in zip(key, g[cols].itertuples(index=False, name=None)):

@@ -9,16 +9,19 @@ with ``--spec-bench``, Spec-Bench answer files; never imports torch or the decod
 :mod:`harness.metrics` (the one aggregation module); this module loads, formats and writes, and calls
 :mod:`plots` to draw.
 
-Runs that differ are never pooled: rows of different run identities (code version, model pair, dtype,
-machine, task version, budget, ...; :data:`harness.metrics.RUN_IDENTITY_FIELDS`) are reported as separate
-groups, named by what differs. ``--pool`` pools them anyway (only task and model pair separate groups) and
-says so loudly.
+Runs that differ are never pooled: rows of different settings (code version, model pair, dtype, machine,
+task version, budget, sampling settings, and the runner's ``group_identity``: every other setting but the
+decoder list and the seed; :data:`harness.metrics.RUN_IDENTITY_FIELDS`) are reported as separate groups, named
+by what differs. Shards of one run, the jobs of a decoder sweep and runs that differ only in ``runner.seed``
+are one group. ``--pool`` pools groups anyway (only task and model pair separate groups) and says so loudly.
 
 Writes to ``--out`` (default ``<first RUN>/report``):
 
 * ``main.{md,tex,csv}``: decoders as rows, metrics as columns -- tokens/s, speedup vs vanilla with its 95 %
-  bootstrap interval, accept length tau, acceptance rate alpha, equality with vanilla, and the task's quality
-  columns (pass@1, accuracy, ROUGE). One block of rows per run group. LaTeX through pandas' Styler
+  bootstrap interval, accept length tau, acceptance rate alpha, equality with vanilla (``n/a`` for sampled
+  runs), then, when rows record the runner's stopwatch, decode-only speedup with its interval, mean time to
+  first token and the prefill share, and the task's quality columns (pass@1, accuracy, ROUGE; over several
+  seeds: mean with a t-interval over seeds). One block of rows per run group. LaTeX through pandas' Styler
   (booktabs rules, numbers right-aligned).
 * ``category.{md,tex,csv}`` (rows with ``subtask`` / ``category``: Spec-Bench, MT-Bench): speedup per
   category, decoders as rows.
@@ -142,9 +145,12 @@ def _interval_cell(r: pd.Series, col: str, fmt: str = ".2f") -> str:
     return f"{r[col]:{fmt}} [{r[f'{col}_low']:{fmt}}, {r[f'{col}_high']:{fmt}}]"
 
 
-#: Main table: (aggregate column, header). Headers in LaTeX are in :data:`TEX_HEADERS`.
+#: Main table: (aggregate column, header). Headers in LaTeX are in :data:`TEX_HEADERS`. The prefill group
+#: (:data:`PREFILL_METRICS`) follows when rows record the stopwatch's columns.
 MAIN_METRICS = [("tokens_per_s", "tok/s"), ("speedup", "speedup [95% CI]"), ("accept_length", "τ"),
                 ("acceptance_rate", "α"), ("equal_to_vanilla", "eq.")]
+PREFILL_METRICS = [("decode_speedup", "decode speedup [95% CI]"), ("ttft_s", "TTFT ms"),
+                   ("prefill_share", "prefill")]
 TEX_HEADERS = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "E[τ] theory": r"E[$\tau$] theory",
                "τ measured": r"$\tau$ measured"}
 
@@ -156,26 +162,56 @@ def _index(agg: pd.DataFrame) -> pd.Index:
     return pd.Index(agg["label"].tolist())
 
 
+def has_prefill(agg: pd.DataFrame) -> bool:
+    """Whether the rows recorded time to first token / decode-only tokens/s (the prefill columns are shown)."""
+    return any(c in agg and agg[c].notna().any() for c in ("decode_speedup", "ttft_s"))
+
+
+def _equality_cell(r: pd.Series) -> str:
+    if str(r.get("equality_check")) == metrics.EQUALITY_SAMPLED:
+        return "n/a"
+    return _fmt(r.get("equal_to_vanilla"))
+
+
+def _seeds(agg: pd.DataFrame) -> int:
+    return int(metrics.num(agg["seeds"]).max()) if "seeds" in agg and metrics.num(agg["seeds"]).notna().any() else 0
+
+
 def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The paper table: decoders as rows, metrics as columns.
+    """The paper table: decoders as rows, metrics as columns: tokens/s, end-to-end speedup [95% CI], tau,
+    alpha, equality (``n/a`` for sampled runs), then -- when rows record them -- decode-only speedup [95% CI],
+    mean time to first token (ms) and the prefill share, the sampling seeds when several, and the quality
+    columns (``mean [low, high]`` over seeds when there are several).
 
     Returns:
         ``(numeric, text)``: ``numeric`` is tidy (group, label, each metric with its interval bounds, the
         quality means) for CSV; ``text`` has formatted cells, indexed by (group,) label, for markdown/LaTeX.
     """
     quality = [q for q in quality if q in agg]
-    cols = ["group", "task", "model_pair", "label", "decoder", "samples", "tokens_per_s", "tokens_per_s_low",
-            "tokens_per_s_high", "speedup", "speedup_low", "speedup_high", "speedup_total", "accept_length",
-            "accept_length_low", "accept_length_high", "acceptance_rate", "equal_to_vanilla", *quality]
-    numeric = agg[[c for c in cols if c in agg]].copy()
+    prefill = has_prefill(agg)
+    seeds = _seeds(agg)
+    cols = ["group", "task", "model_pair", "label", "decoder", "samples", "rows", "repeats", "seeds",
+            "temperature", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low",
+            "speedup_high", "speedup_total", "decode_speedup", "decode_speedup_low", "decode_speedup_high",
+            "ttft_s", "prefill_share", "accept_length", "accept_length_low", "accept_length_high",
+            "acceptance_rate", "equality_check", "equal_to_vanilla",
+            *[c for q in quality for c in (q, f"{q}_low", f"{q}_high", f"{q}_seed_std")]]
+    numeric = agg[[c for c in dict.fromkeys(cols) if c in agg]].copy()
     text = pd.DataFrame(index=_index(agg))
     text["tok/s"] = [_fmt(v) for v in agg["tokens_per_s"]]
     text["speedup [95% CI]"] = [_interval_cell(r, "speedup") for _, r in agg.iterrows()]
     text["τ"] = [_fmt(v) for v in agg["accept_length"]]
     text["α"] = [_fmt(v) for v in agg["acceptance_rate"]]
-    text["eq."] = [_fmt(v) for v in agg["equal_to_vanilla"]]
+    text["eq."] = [_equality_cell(r) for _, r in agg.iterrows()]
+    if prefill:
+        text["decode speedup [95% CI]"] = [_interval_cell(r, "decode_speedup") for _, r in agg.iterrows()]
+        text["TTFT ms"] = [_fmt(v * 1000.0 if v is not None and not pd.isna(v) else v, ".1f")
+                           for v in agg.get("ttft_s", pd.Series([math.nan] * len(agg)))]
+        text["prefill"] = [_fmt(v, ".0%") for v in agg.get("prefill_share", pd.Series([math.nan] * len(agg)))]
+    if seeds > 1:
+        text["seeds"] = [_fmt(int(v)) if not pd.isna(v) else "-" for v in metrics.num(agg["seeds"])]
     for q in quality:
-        text[q] = [_fmt(v, ".3f") for v in agg[q]]
+        text[q] = [_interval_cell(r, q, ".3f") for _, r in agg.iterrows()]
     text.columns.name = "decoder"
     return numeric, text
 
@@ -269,7 +305,19 @@ MAIN_CAPTION = ("tok/s: mean new tokens per second of the whole generate call (p
                 "over samples of the paired ratio tok/s(decoder) / tok/s(vanilla) in the same run, with a 95% "
                 "bootstrap CI over samples and repeats. tau: new tokens per target forward (prefill included; "
                 "vanilla = 1). alpha: accepted / drafted tokens. eq.: fraction of samples whose tokens equal "
-                "vanilla's.")
+                "vanilla's (n/a: sampled run, whose outputs are compared in distribution, not token by token).")
+PREFILL_CAPTION = (" decode speedup: the same paired mean for decode-only tok/s (new tokens after the first / "
+                   "seconds after the first token). TTFT: mean time to the first new token. prefill: mean share "
+                   "of a call's wall time spent before its first new token.")
+SEEDS_CAPTION = (" Sampled runs over several seeds (runner.seed): speedups paired within each seed's run; quality = "
+                 "mean over seeds of each seed's mean, [95% Student-t interval over seeds].")
+
+
+def main_caption(agg: pd.DataFrame) -> str:
+    """The main table's caption: the definitions of the columns it shows."""
+    return MAIN_CAPTION + (PREFILL_CAPTION if has_prefill(agg) else "") + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
+
+
 CATEGORY_CAPTION = ("Speedup vs vanilla per category (mean of paired per-sample ratios); overall: all samples.")
 THEORY_CAPTION = ("alpha: accepted / drafted tokens. gamma: configured draft length (else drafted tokens per "
                   "step). c: draft / target forward cost (source in 'c from'). Theory: Leviathan et al. 2023 eq. 1, "
@@ -286,7 +334,11 @@ def subtitle(agg: pd.DataFrame) -> str:
 
     sizes = agg.groupby("task", sort=False)["samples"].max() if "task" in agg else pd.Series(dtype=float)
     tasks = ", ".join(f"{t} ({int(n)} samples)" for t, n in sizes.items())
-    return " · ".join([join("model_pair"), join("dtype"), join("device_name"), tasks])
+    parts = [join("model_pair"), join("dtype"), join("device_name"), tasks]
+    temps = metrics.num(agg["temperature"]).dropna() if "temperature" in agg else pd.Series(dtype=float)
+    if (temps > 0).any():  # sampled runs say so (greedy is the default and goes unsaid)
+        parts.append("temperature " + ", ".join(dict.fromkeys(metrics.fmt_value(t) for t in temps)))
+    return " · ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -339,10 +391,11 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
         written[name] = out / name
 
     numeric, text = main_table(agg, quality)
+    caption = main_caption(agg)
     csv("main.csv", numeric)
     put("main.md", markdown(text) + "\n")
-    put("main.tex", latex(text, MAIN_CAPTION, "tab:main"))
-    sections = ["## Main results\n\n" + MAIN_CAPTION + "\n\n" + markdown(text)]
+    put("main.tex", latex(text, caption, "tab:main"))
+    sections = ["## Main results\n\n" + caption + "\n\n" + markdown(text)]
     cat = category_table(rows, **kw)
     if cat is not None:
         csv("category.csv", cat[0])
@@ -360,7 +413,9 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     detail["warnings"] = ["; ".join(w) for w in detail["warnings"]]
     csv("detail.csv", detail)
     groups = "\n".join(f"- {g}" for g in dict.fromkeys(agg["group"]))
-    warns = metrics.iter_warnings([agg])
+    warns = metrics.run_warnings(agg)
+    for w in warns:
+        log.warning("%s", w)
     head = [f"# Report\n\nSources: {', '.join(_shown(f) for f in (find_result_files(paths) if paths else []))}"
             + (f"; Spec-Bench answers: {', '.join(map(str, spec_bench))}" if spec_bench else ""),
             f"Run groups (rows of different run identities are never pooled{'; POOLED with --pool' if pool else ''}):"

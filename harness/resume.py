@@ -149,6 +149,26 @@ def identity_hash(identity: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+#: Identity keys left out of :func:`group_identity`: the decoders a run lists (its rows tell them apart by
+#: decoder name and hyper-parameters) and the run seed (runs that differ only in ``runner.seed`` are
+#: replicates of one setting; sampled runs draw other tokens, which is what a seed is for).
+GROUP_IGNORED_PREFIXES = ("decoder.",)
+GROUP_IGNORED_KEYS = ("runner.seed",)
+
+
+def group_identity(identity: Mapping[str, Any]) -> str:
+    """The ``group_identity`` row column: 16 hex digits of the sha256 of the run identity without the decoder
+    list and ``runner.seed`` (:data:`GROUP_IGNORED_PREFIXES`, :data:`GROUP_IGNORED_KEYS`). Rows that share it
+    were measured under one setting, and the report shows them as one group (see :mod:`harness.metrics`):
+    the jobs of a decoder sweep, the seeds of a sampled run, the shards of one run.
+
+    Example: two runs that differ only in ``decoder.speculative.gamma`` (or only in ``runner.seed``) have
+    different ``run_identity`` and the same ``group_identity``.
+    """
+    return identity_hash({k: v for k, v in identity.items()
+                          if not k.startswith(GROUP_IGNORED_PREFIXES) and k not in GROUP_IGNORED_KEYS})
+
+
 def _fmt(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 

@@ -14,7 +14,8 @@ Measurement design (DESIGN.md 2b.5; issue 11 items 7-9):
   sample (vanilla greedy is deterministic, so any repeat is the reference).
 * **Machine load.** Each row records the 1-minute load average before and after its timed call, the CPU
   count and the affinity count; the summary warns when the load exceeded the usable cores (by more than
-  :data:`LOAD_MARGIN`).
+  :data:`harness.metrics.LOAD_MARGIN`; the warning comes from :mod:`harness.metrics`, like every number of the
+  summary).
 * **Shards.** ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included, so
   every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
 * **Interrupts.** Ctrl-C (SIGINT) stops after the cell in progress is abandoned (a row being written is
@@ -43,7 +44,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from harness.metrics import summarize, to_markdown
+from harness.metrics import SUMMARY_LEGEND, summarize, to_markdown
 from harness.results import ResultWriter, cpu_affinity, read_results
 from harness import resume as resume_lib
 from harness.timing import Stopwatch
@@ -58,9 +59,6 @@ log = logging.getLogger(__name__)
 NON_PARAM_KEYS = {"_target_", "_partial_", "uses_draft"}
 #: ``runner.order`` choices.
 ORDERS = ("rotate", "fixed")
-#: The summary warns when the 1-minute load average exceeded the usable cores by more than this: the run's own
-#: threads (up to one per core) load the machine up to the core count, anything above is other work.
-LOAD_MARGIN = 0.5
 #: How ``runner.order=rotate`` orders the decoders (recorded in ``meta.json``).
 ROTATION_RULE = ("for sample_index i and repeat r, position p runs decoders[(i + r + p) % len(decoders)] "
                  "(decoders as listed, vanilla first)")
@@ -298,6 +296,7 @@ class Runner:
         # run identity (config + data + code + packages + machine), checked against the folder before writing
         self.identity_doc = resume_lib.build_identity(config or {}, environment or {}, self._data_identity())
         self.run_identity = resume_lib.identity_hash(self.identity_doc)
+        self.group_identity = resume_lib.group_identity(self.identity_doc)
         self.resume_state = resume_lib.prepare_folder(self.run_dir, self.identity_doc, self.run_identity,
                                                       self.shard_spec, settings.resume)
         adopted = self.resume_state.run_id if self.resume_state else None
@@ -415,6 +414,7 @@ class Runner:
             "run_id": self.run_id,
             "attempt_id": self.attempt_id,
             "run_identity": self.run_identity,
+            "group_identity": self.group_identity,
             "shard": self.shard_spec,
             **self.identity,
             "task": self.task.name,
@@ -633,55 +633,35 @@ class Runner:
             return pd.DataFrame()
         return resume_lib.latest_rows(rows[rows["run_identity"] == self.run_identity].reset_index(drop=True))
 
-    def warnings(self, rows: pd.DataFrame) -> list[str]:
-        """Lines for the summary: cross-process pairs, machine load above the cores, an interrupted run."""
-        out = []
-        if self.interrupted:
-            out.append("interrupted (Ctrl-C): this summary covers only the cells finished before it; rerun the "
-                       "same command to resume")
-        if rows.empty:
-            return out
-        ok = rows[rows["status"] == "ok"]
-        flags = resume_lib.cross_process_pairs(rows)
-        for decoder in dict.fromkeys(ok["decoder"]):
-            if decoder == "vanilla":
-                continue
-            n = int((ok["decoder"] == decoder).sum())
-            k = int((flags & (rows["decoder"] == decoder)).sum())
-            if k:
-                out.append(f"warning: {decoder}: {k} of {n} rows are paired with a vanilla row measured in another "
-                           "process (a resumed run; column paired_across_processes): their speedups compare timings "
-                           "of two processes")
-        loads = [c for c in ("load_1m_before", "load_1m_after") if c in ok]
-        if loads and not ok.empty:
-            peak = ok[loads].max(axis=1)
-            cores = ok["cpu_affinity"] if "cpu_affinity" in ok else ok.get("cpu_count")
-            if cores is not None:
-                over = peak > pd.to_numeric(cores, errors="coerce") + LOAD_MARGIN
-                if over.any():
-                    out.append(f"warning: machine load: the 1-minute load average reached {peak.max():.1f} on "
-                               f"{int(pd.to_numeric(cores, errors='coerce').max())} usable cores ({int(over.sum())} of "
-                               f"{len(ok)} cells measured above the core count; columns load_1m_before/after): "
-                               "other work shared the machine, so timings and speedups are unreliable; rerun on a "
-                               "quiet machine")
-        return out
+    def notes(self) -> list[str]:
+        """What only the runner knows for the summary: that the run was interrupted. Every other warning
+        (machine load, cross-process pairs, disagreeing estimators) comes from :mod:`harness.metrics`, the
+        same code that serves the report and the gate."""
+        if not self.interrupted:
+            return []
+        return ["interrupted (Ctrl-C): this summary covers only the cells finished before it; rerun the same "
+                "command to resume"]
 
     def write_summary(self) -> pd.DataFrame:
+        """Write ``summary.csv`` (:func:`harness.metrics.summarize` of this run's rows) and ``summary.md`` (its
+        markdown with the run's header, the notes and warnings, and the legend); log the notes and warnings.
+        Returns the summary."""
         rows = self.rows()
         self.measured = int((rows["status"] == "ok").sum()) if not rows.empty else 0
         self.status_counts = dict(rows["status"].value_counts()) if not rows.empty else {}
         quality = [c for c in getattr(self.task, "quality_columns", ("pass@1",)) if c in rows.columns]
         summary = summarize(rows, quality)
         summary.to_csv(self.run_dir / "summary.csv", index=False)
-        notes = self.warnings(rows)
-        for line in notes:
+        notes = self.notes()
+        for line in [*notes, *summary.attrs.get("warnings", [])]:
             log.warning("%s", line)
+        sampling = self.settings.sampling
+        sampled = ("" if sampling.greedy else f" temperature={sampling.temperature:g} top_p={sampling.top_p:g} "
+                   f"top_k={sampling.top_k} seed={self.settings.seed}")
         header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
                   f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
                   f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
-                  f"{f' shard={self.shard_spec}' if self.shard else ''} run_identity={self.run_identity}\n"
-                  "speedup = mean over samples of tokens/s(decoder) / tokens/s(vanilla), same process "
-                  "(speedup_total = ratio of totals); accept_length = new tokens / target forwards "
-                  "(prefill included)\n\n" + "".join(f"{n}\n" for n in notes) + ("\n" if notes else ""))
-        (self.run_dir / "summary.md").write_text(header + to_markdown(summary) + "\n")
+                  f"{f' shard={self.shard_spec}' if self.shard else ''}{sampled} run_identity={self.run_identity}\n\n")
+        (self.run_dir / "summary.md").write_text(header + to_markdown(summary, notes=notes) + "\n\n"
+                                                 + SUMMARY_LEGEND + "\n")
         return summary

@@ -15,8 +15,10 @@ and for the baseline file the answer text re-tokenized (``len(tokenizer(turn).in
 speedup = mean tokens/s of the method / mean tokens/s of the baseline; tau = mean of ``accept_lengths``.
 
 Export (:func:`export_answers`): one file per (run group, decoder configuration); vanilla's file is named
-``<target>-vanilla-<dtype>-temp-0.0.jsonl`` like Spec-Bench's baseline files. Choice ``index`` is our
-``repeat``; ``decoding_steps`` is our ``num_steps`` (prefill included) and ``accept_lengths`` starts with
+``<target>-vanilla-<dtype>-temp-<temperature>.jsonl`` like Spec-Bench's baseline files (``temp-0.0``
+greedy). One choice per (run, repeat) of a question -- the seeds of a sampled run are runs of their own --
+with our run id, repeat, sampling seed and equality check under ``harness_run``; ``decoding_steps`` is our
+``num_steps`` (prefill included) and ``accept_lengths`` starts with
 the prefill's 1 followed by (accepted + 1) per decode step, so its mean is our tau. Two extra keys, ignored by
 Spec-Bench's scripts, make the round trip exact: ``harness`` on each line (our sample id, task, decoder,
 hyper-parameters and run identity) and ``matches_vanilla`` in each choice (token-level equality per turn).
@@ -47,16 +49,17 @@ log = logging.getLogger(__name__)
 
 SOURCE = "spec_bench_import"
 IDENTITY_KEYS = ("task", "task_version", "model", "target_model", "draft_model", "dtype", "device_name",
-                 "git_commit", "max_new_tokens")
+                 "git_commit", "max_new_tokens", "temperature", "top_p", "top_k")
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", str(text)).strip("-") or "x"
 
 
-def model_id(target: str, label: str, dtype: str | None) -> str:
-    """Spec-Bench style model id: ``<target>-<configuration>-<dtype>-temp-0.0``."""
-    return f"{_slug(target)}-{_slug(label)}-{_slug(dtype or 'unknown')}-temp-0.0"
+def model_id(target: str, label: str, dtype: str | None, temperature: Any = 0.0) -> str:
+    """Spec-Bench style model id: ``<target>-<configuration>-<dtype>-temp-<temperature>`` (``temp-0.0`` greedy)."""
+    t = norm(temperature)
+    return f"{_slug(target)}-{_slug(label)}-{_slug(dtype or 'unknown')}-temp-{float(t or 0.0):.1f}"
 
 
 def _question_id(sample_id: str) -> Any:
@@ -90,18 +93,23 @@ def export_answers(rows: pd.DataFrame, out_dir: str | Path) -> list[Path]:
     written = []
     for (group, label), g in rows.groupby(["group", "label"], sort=False):
         first = g.iloc[0]
-        mid = model_id(first.get("target_model") or first.get("model") or "model", label, first.get("dtype"))
+        mid = model_id(first.get("target_model") or first.get("model") or "model", label, first.get("dtype"),
+                       first.get("temperature"))
         folder = out / _slug(group) if several else out
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{mid}.jsonl"
         lines = []
         for sample_id, s in g.groupby("sample_id", sort=False):
             choices = []
-            for repeat, c in s.groupby("repeat", sort=True):
+            # one choice per (run, repeat): the seeds of a sampled run are runs of their own
+            for index, ((run, repeat), c) in enumerate(s.groupby(["run_id", "repeat"], sort=True)):
                 c = c.sort_values("turn")
                 ok = c["status"] == "ok"
                 choices.append({
-                    "index": int(norm(repeat) or 0),
+                    "index": index,
+                    "harness_run": {"run_id": str(run), "repeat": int(norm(repeat) or 0),
+                                    "sampling_seed": norm(first_not_null(c, "sampling_seed")),
+                                    "equality_check": first_not_null(c, "equality_check")},
                     "turns": [str(t) if k and isinstance(t, str) else ("" if k else "ERROR")
                               for t, k in zip(c.get("completion", pd.Series([None] * len(c))), ok)],
                     "decoding_steps": [int(norm(v) or 0) for v in c["num_steps"]],
@@ -234,14 +242,18 @@ def import_answers(paths: Sequence[str | Path], baseline: str | None = None, tas
                         base_text[key] = text
                     eq = (choice.get("matches_vanilla") or [None] * len(turns))[j] \
                         if j < len(choice.get("matches_vanilla") or []) else None
-                    if eq is None:
+                    sampled = str((choice.get("harness_run") or {}).get("equality_check", "")).startswith("n/a")
+                    if eq is None and not sampled:  # a sampled run makes no token claim
                         eq = True if decoder == "vanilla" else (text == base_text[key] if key in base_text else None)
                     per_step = accs[offset:offset + n_steps] if split else None
                     offset += n_steps or 0
+                    hr = choice.get("harness_run") or {}
+                    own_run = hr.get("run_id") or h.get("run_id")
                     row = {
-                        "run_id": h.get("run_id") and f"{run_id}-{h['run_id']}" or run_id,
+                        "run_id": own_run and f"{run_id}-{own_run}" or run_id,
                         **ident, "source": SOURCE, "sample_id": sample_id, "turn": j,
-                        "repeat": int(choice.get("index", 0)), "category": rec.get("category"),
+                        "repeat": int(hr.get("repeat", choice.get("index", 0))), "category": rec.get("category"),
+                        **({k: hr[k] for k in ("sampling_seed", "equality_check") if hr.get(k) is not None}),
                         "decoder": decoder, "decoder_params": h.get("decoder_params") or "{}",
                         "new_tokens": new, "num_steps": n_steps, "wall_time_s": wall,
                         "tokens_per_s": new / wall if wall > 0 else None,

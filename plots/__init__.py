@@ -242,26 +242,34 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
     return fig
 
 
+#: Stacked phases of :func:`time_breakdown`: (column, legend).
+PHASES = (("prefill_ms", "prefill (to the first token)"), ("draft_ms", "drafting"), ("verify_ms", "verifying"),
+          ("decode_ms", "decode (phases not timed)"), ("other_ms", "other (host, bookkeeping)"))
+
+
 def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "") -> Any:
-    """Where the time goes: drafting vs verifying (vs the rest) per configuration, as milliseconds per
-    generated token.
+    """Where the time goes: prefill (time to the first token), then drafting vs verifying (decoders that time
+    their phases) or the undivided decode, per configuration, as milliseconds per generated token.
 
     Args:
-        breakdown: :func:`harness.metrics.time_breakdown` (``group, label, draft_ms, verify_ms, other_ms``).
+        breakdown: :func:`harness.metrics.time_breakdown` (``group, label, prefill_ms, draft_ms, verify_ms,
+            decode_ms, other_ms``).
     """
     if breakdown.empty:
-        log.info("time_breakdown skipped: rows have no draft_time_s / verify_time_s columns (decoders do not "
-                 "record per-phase timers)")
+        log.info("time_breakdown skipped: rows have neither ttft_s nor draft_time_s / verify_time_s columns")
         return None
     names = [f"{lab} [{g}]" if breakdown["group"].nunique() > 1 else lab
              for g, lab in zip(breakdown["group"], breakdown["label"])]
+    phases = [(c, name) for c, name in PHASES if c in breakdown and (breakdown[c].fillna(0) > 0).any()]
     fig, ax = plt.subplots(figsize=(max(4.8, 1.0 + 0.5 * len(names)), 3.2))
     x = np.arange(len(names))
-    c = palette(3)
-    ax.bar(x, breakdown["draft_ms"], label="drafting", color=c[0])
-    ax.bar(x, breakdown["verify_ms"], bottom=breakdown["draft_ms"], label="verifying", color=c[1])
-    ax.bar(x, breakdown["other_ms"], bottom=breakdown["draft_ms"] + breakdown["verify_ms"],
-           label="other (host, prefill, bookkeeping)", color=c[2])
+    bottom = np.zeros(len(names))
+    colours = dict(zip([c for c, _ in PHASES], palette(len(PHASES))))  # one colour per phase in every figure
+    for col, name in phases:
+        colour = colours[col]
+        vals = breakdown[col].fillna(0).to_numpy(dtype=float)
+        ax.bar(x, vals, bottom=bottom, label=name, color=colour)
+        bottom += vals
     ax.set_xticks(x)
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("ms per generated token", fontsize=8)

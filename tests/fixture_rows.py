@@ -38,7 +38,8 @@ def fixture_rows(run_id: str = "run1", tasks: Iterable[str] = ("humaneval", "mbp
                  lookahead_factor: float = 1.5, repeats: int = 1, jitter: float = 0.0, seed: int = 0,
                  scores: Sequence[str] = (), categories: Sequence[str] | None = None, turns: int = 1,
                  identity: Mapping[str, Any] | None = None, load: float | None = None, cpu_count: int = 2,
-                 vanilla_factor: float = 1.0) -> list[dict]:
+                 vanilla_factor: float = 1.0, temperature: float = 0.0, sampling_seed: int = 0,
+                 ttft_share: float | None = None) -> list[dict]:
     """Rows of one run: vanilla and speculative (gamma) on ``n`` samples of each task, optionally lookahead.
 
     Args:
@@ -54,8 +55,15 @@ def fixture_rows(run_id: str = "run1", tasks: Iterable[str] = ("humaneval", "mbp
         categories: ``category`` of sample ``i`` is ``categories[i % len(categories)]``.
         turns: chat turns per sample (rows per turn, ``turn`` 0..turns-1).
         identity: overrides of the run identity columns (e.g. ``{"git_commit": "def456"}``).
-        load: add ``load_avg_1m_before/after`` = ``load`` and ``cpu_count`` to every row.
+        load: add the runner's ``load_1m_before/after`` = ``load``, ``cpu_count`` and ``cpu_affinity`` (both
+            ``cpu_count``) to every row.
         vanilla_factor: multiplies vanilla's tokens/s (a slower or faster reference).
+        temperature: > 0 makes the rows sampled, as the runner writes them: ``temperature``, ``top_p``,
+            ``top_k``, ``sampling_seed`` (= ``sampling_seed``), ``equality_check = "n/a (sampled)"`` and
+            ``matches_vanilla = None`` (``divergent`` is then ignored).
+        ttft_share: add the stopwatch's columns: every row's ``ttft_s`` is this share of vanilla's wall time on
+            the sample (the same prefill for every decoder), ``decode_tokens_per_s`` = (new tokens - 1) /
+            (wall - ttft).
     """
     factors = [spec_factor] * n if isinstance(spec_factor, (int, float)) else list(spec_factor)
     rng = random.Random(f"{run_id}/{seed}")
@@ -76,7 +84,16 @@ def fixture_rows(run_id: str = "run1", tasks: Iterable[str] = ("humaneval", "mbp
         if turns > 1 or "turn" in r:
             r["turn"] = r.get("turn", 0)
         if load is not None:
-            r.update(load_avg_1m_before=load, load_avg_1m_after=load, cpu_count=cpu_count)
+            r.update(load_1m_before=load, load_1m_after=load, cpu_count=cpu_count, cpu_affinity=cpu_count)
+        if temperature > 0:
+            r.update(temperature=temperature, top_p=1.0, top_k=0, sampling_seed=sampling_seed,
+                     equality_check="n/a (sampled)", matches_vanilla=None, first_divergence=None)
+    if ttft_share is not None:
+        vanilla_wall = {(r["task"], r["sample_id"], r.get("turn", 0), r["repeat"]): r["wall_time_s"]
+                        for r in rows if r["decoder"] == "vanilla"}
+        for r in rows:
+            ttft = ttft_share * vanilla_wall[(r["task"], r["sample_id"], r.get("turn", 0), r["repeat"])]
+            r.update(ttft_s=ttft, decode_tokens_per_s=(r["new_tokens"] - 1) / (r["wall_time_s"] - ttft))
     return rows
 
 
@@ -127,4 +144,21 @@ def write_run(run_dir: str | Path, rows: Iterable[dict]) -> Path:
     writer = ResultWriter(run_dir)
     for r in rows:
         writer.write(r)
+    return Path(run_dir)
+
+
+def real_run(run_dir: str | Path, *overrides: str) -> Path:
+    """One real run through ``harness.app.main_job`` on the tiny random models (greedy float32, 2 samples, 8 new
+    tokens, vanilla and speculative, no scoring unless ``overrides`` say otherwise): the rows exactly as the
+    runner writes them. Returns ``run_dir``."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.app import main_job
+
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "model=tiny-random", "task.limit=2", "runner.max_new_tokens=8", "runner.warmup_tokens=2",
+            "runner.score=false", "decoder=[vanilla,speculative]", f"+output_dir={run_dir}", *overrides])
+    main_job(cfg)
     return Path(run_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixture_rows import fixture_rows, write_run
+from fixture_rows import fixture_rows, real_run, write_run
 from harness import regress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,3 +291,48 @@ def test_write_baseline_cli(tmp_path, capsys):
     assert regress.main(["--write-baseline", str(run), "--out", str(tmp_path / "b.json")]) == 0
     assert "4 cells" in capsys.readouterr().out
     assert regress.main(["--baseline", str(tmp_path / "b.json"), "--current", str(run)]) == 0
+
+
+# ------------------------------------------------------------------------------------------ the runner's own rows
+def _doctor(run: Path, out: Path, decoder: str, column: str, delta: int) -> Path:
+    """A copy of ``run``'s rows with ``column`` of ``decoder``'s first ok row moved by ``delta``."""
+    lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    first = next(r for r in lines if r["decoder"] == decoder and r["status"] == "ok")
+    first[column] += delta
+    out.mkdir(parents=True)
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return out
+
+
+def test_gate_on_the_runners_rows(tmp_path, capsys):
+    # The gate reads the merged runner's rows as written (load_1m_*, cpu_affinity, ttft_s, run_identity,
+    # equality_check, paired_across_processes): its own run passes; a doctored counter fails exactly.
+    run = real_run(tmp_path / "greedy")
+    base = regress.write_baseline([run], tmp_path / "greedy.json")
+    cells = json.loads(base.read_text())["cells"]
+    spec = next(c for c in cells.values() if c["decoder"] == "speculative")
+    assert spec["equality_check"] == "exact" and spec["equal_to_vanilla"] == 1.0 and spec["samples"] == 2
+    assert gate(base, run) == 0
+    capsys.readouterr()
+    assert gate(base, _doctor(run, tmp_path / "doctored", "speculative", "num_steps", 1)) == 1
+    assert any("num_steps" in line for line in regressions(capsys.readouterr().out))
+
+
+def test_gate_on_sampled_rows_says_na_and_still_gates_counters(tmp_path, capsys):
+    # Issue 14 item 3: a sampled run makes no matches_vanilla claim, so equality is "n/a" (a note, never a
+    # pass or a regression); its counters are deterministic per seed and gated exactly; a greedy baseline is
+    # not comparable with it.
+    run = real_run(tmp_path / "sampled", "runner.temperature=0.7", "runner.seed=3")
+    base = regress.write_baseline([run], tmp_path / "sampled.json")
+    spec = next(c for c in json.loads(base.read_text())["cells"].values() if c["decoder"] == "speculative")
+    assert spec["equality_check"] == "n/a (sampled)" and spec["equal_to_vanilla"] is None
+    assert spec["temperature"] == "0.7" and spec["sampling_seeds"] == ["3"]
+    assert gate(base, run) == 0
+    out = capsys.readouterr().out
+    eq = next(line for line in out.splitlines() if "speculative" in line and "equal_to_vanilla" in line)
+    assert "n/a" in eq and "note" in eq
+    assert gate(base, _doctor(run, tmp_path / "doctored", "speculative", "num_steps", 1)) == 1
+    capsys.readouterr()
+    greedy = real_run(tmp_path / "greedy")
+    assert gate(base, greedy) == 2
+    assert "temperature" in capsys.readouterr().err

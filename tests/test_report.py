@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fixture_rows import fixture_rows, write_run
+from fixture_rows import fixture_rows, real_run, write_run
 from harness import metrics, report
 from harness.results import read_results
 
@@ -123,7 +123,7 @@ def test_aggregate_numbers(sweep):
     vanilla = agg.loc[("humaneval", "vanilla")]
     assert vanilla["speedup"] == 1.0 and vanilla["accept_length"] == 1.0 and math.isnan(vanilla["theory_speedup"])
     # three jobs x four samples, each paired within its own job; the same four sample ids
-    assert vanilla["observations"] == 12 and vanilla["samples"] == 4
+    assert vanilla["rows"] == 12 and vanilla["samples"] == 4
     la = agg.loc[("mbpp", "lookahead (pool_scope=task)")]
     assert la["speedup"] == pytest.approx(1.8) and math.isnan(la["theory_speedup"])
 
@@ -145,7 +145,7 @@ def test_intervals_over_repeats_and_samples(tmp_path):
     rows = fixture_rows("r", tasks=["humaneval"], n=6, repeats=3, jitter=0.05, seed=1)
     agg = metrics.aggregate(report.load_rows([write_run(tmp_path / "run", rows)])).set_index("label")
     spec = agg.loc["speculative"]
-    assert spec["samples"] == 6 and spec["observations"] == 18 and spec["replicates"] == 3
+    assert spec["samples"] == 6 and spec["rows"] == 18 and spec["replicates"] == 3
     assert spec["speedup_low"] < spec["speedup"] < spec["speedup_high"]
     assert spec["tokens_per_s_low"] < spec["tokens_per_s"] < spec["tokens_per_s_high"]
     # run-to-run noise: std over the three repeats of the cell's mean speedup (not over samples)
@@ -265,7 +265,7 @@ def test_estimator_disagreement_and_load_warn_in_the_summary(tmp_path):
     assert spec["speedup"] == pytest.approx(2.5) and spec["speedup_total"] < 2.0
     warnings = summary.attrs["warnings"]
     assert any("estimators disagree" in w for w in warnings)
-    assert any("load" in w and "2 cores" in w for w in warnings)
+    assert any("machine load" in w and "2 usable cores" in w for w in warnings)
     md = metrics.to_markdown(summary)
     assert "Warnings:" in md and "estimators disagree" in md
     assert "estimators disagree" in spec["warnings"]
@@ -445,7 +445,7 @@ def test_spec_bench_round_trip(tmp_path):
     back = import_answers([tmp_path / "answers"])
     a = metrics.aggregate(ours).set_index("label")
     b = metrics.aggregate(metrics.prepare(back)).set_index("label")
-    for col in ("samples", "observations", "replicates", "tokens_per_s", "speedup", "speedup_total",
+    for col in ("samples", "rows", "replicates", "tokens_per_s", "speedup", "speedup_total",
                 "accept_length", "equal_to_vanilla"):
         assert b.loc["speculative", col] == pytest.approx(a.loc["speculative", col]), col
     assert b.loc["speculative", "divergent_samples"] == ["mt_bench/2"]
@@ -500,7 +500,7 @@ def test_resumed_folder_pairs_across_processes_and_counts_cells_once(tmp_path):
     err = dict(rows[3], status="error", tokens_per_s=None)
     write_run(tmp_path / "run", rows[:3] + [err] + rows[3:])
     agg = metrics.aggregate(report.load_rows([tmp_path / "run"])).set_index("label")
-    assert agg.loc["speculative", "observations"] == 2 and agg.loc["speculative", "failed"] == 0
+    assert agg.loc["speculative", "rows"] == 2 and agg.loc["speculative", "failed"] == 0
     assert agg.loc["speculative", "speedup"] == pytest.approx(2.0)
 
 
@@ -582,3 +582,259 @@ def test_every_sweep_gets_the_report_callback():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["model=tiny-random"], return_hydra_config=True)
     assert cfg.hydra.callbacks.report._target_ == "harness.callbacks.ReportCallback"
+
+
+# ------------------------------------------------------------------------------------------------ merged pieces
+# The runner, the report and the gate as one whole (report2): rows written by the real runner on tiny random
+# models, and fixture rows for the numbers that need known answers.
+_runner = real_run
+
+
+def test_real_runner_rows_carry_what_metrics_reads(tmp_path, monkeypatch):
+    # Reproducer: metrics read load_avg_1m_before/after and cpu_count while the runner writes load_1m_before/
+    # after and cpu_affinity, so the report of a loaded run had no load warning and no load_max; the
+    # summary's samples column did not say rows and repeats apart.
+    import harness.runner
+
+    monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: (64.0, 8.0, 2.0))
+    run = _runner(tmp_path / "run", "runner.repeats=2")
+    summary = pd.read_csv(run / "summary.csv").set_index("label")
+    spec = summary.loc["speculative"]
+    assert (spec["samples"], spec["rows"], spec["repeats"], spec["replicates"]) == (2, 4, 2, 2)
+    assert spec["load_max"] == 64.0 and spec["rows_over_load"] == 4
+    assert spec["paired_across_processes"] == 0 and spec["equality_check"] == "exact"
+    for col in ("decode_speedup", "decode_speedup_low", "ttft_s", "prefill_share", "run_identity"):
+        assert col in summary and not pd.isna(spec[col]), col
+    assert 0 < spec["prefill_share"] < 1
+    md = (run / "summary.md").read_text()
+    assert "| rows | repeats |" in md and "decode_speedup" in md and "machine load" in md
+    written = report.write_report([run], tmp_path / "rep")
+    rep = written["report.md"].read_text()
+    assert "machine load" in rep and "64.0" in rep                    # the same warning as the summary's
+    line = next(w for w in md.splitlines() if "machine load" in w)
+    assert line.lstrip("- ") in rep
+    main = (tmp_path / "rep" / "main.md").read_text()
+    assert "decode speedup [95% CI]" in main and "TTFT ms" in main and "prefill" in main
+
+
+def test_real_shards_merge_and_other_settings_never_pool(tmp_path):
+    # Shards of one run_identity merge in the report (same counters as the unsharded run); a run that differs
+    # in a setting no row column shows (here runner.warmup) is another group, never pooled; the two jobs of a
+    # gamma sweep are one group told apart by their labels.
+    args = ("task.limit=3", "decoder=[vanilla,speculative,prompt_lookup]")
+    whole = _runner(tmp_path / "whole", *args)
+    _runner(tmp_path / "shards" / "0", *args, "runner.shard=0/2")
+    _runner(tmp_path / "shards" / "1", *args, "runner.shard=1/2")
+    merged = metrics.aggregate(report.load_rows([tmp_path / "shards"])).set_index("label")
+    alone = metrics.aggregate(report.load_rows([whole])).set_index("label")
+    assert merged["group"].nunique() == 1
+    assert list(merged.index) == list(alone.index) == ["vanilla", "speculative", "prompt_lookup"]
+    for col in ("samples", "rows", "accept_length", "acceptance_rate", "equal_to_vanilla", "replicates"):
+        pd.testing.assert_series_equal(merged[col], alone[col], check_names=False, obj=col)
+    ok = report.load_rows([tmp_path / "shards"])
+    ok_whole = report.load_rows([whole])
+    for label in merged.index:
+        a = metrics.counters(ok[ok["label"] == label])
+        b = metrics.counters(ok_whole[ok_whole["label"] == label])
+        assert a == b, label
+    other = _runner(tmp_path / "other", *args, "runner.warmup=0")
+    both = metrics.aggregate(report.load_rows([whole, other]))
+    assert both["group"].nunique() == 2 and len(both) == 6               # never pooled
+    assert all("group_identity=" in g for g in both["group"])            # named by what differs
+    pooled = metrics.aggregate(report.load_rows([whole, other], pool=True))
+    assert pooled["group"].nunique() == 1 and len(pooled) == 3
+    for gamma in (1, 2):
+        _runner(tmp_path / "sweep" / str(gamma), f"decoder.speculative.gamma={gamma}")
+    sweep = metrics.aggregate(report.load_rows([tmp_path / "sweep"]))
+    assert sweep["group"].nunique() == 1
+    assert list(sweep["label"]) == ["vanilla", "speculative (gamma=1)", "speculative (gamma=2)"]
+    assert int(sweep.set_index("label").loc["vanilla", "rows"]) == 4   # each job's vanilla, paired in its job
+
+
+def test_real_sampled_runs_over_seeds_are_one_row_per_decoder(tmp_path):
+    # Issue 14 item 3 on real rows: runs that differ only in runner.seed are one group (one row per decoder),
+    # equality is n/a (never divergent), speedups stay paired within each seed's run.
+    for seed in (0, 1, 2):
+        _runner(tmp_path / "seeds" / str(seed), "runner.temperature=0.7", f"runner.seed={seed}")
+    rows = report.load_rows([tmp_path / "seeds"])
+    assert rows["run_identity"].nunique() == 3 and rows["group_identity"].nunique() == 1
+    agg = metrics.aggregate(rows).set_index("label")
+    spec = agg.loc["speculative"]
+    assert (spec["samples"], spec["rows"], spec["seeds"], spec["replicates"]) == (2, 6, 3, 3)
+    assert spec["equality_check"] == "n/a (sampled)" and pd.isna(spec["equal_to_vanilla"])
+    assert spec["divergent_samples"] == []
+    assert "temperature=0.7" not in agg["group"].iloc[0]                 # nothing else to tell apart
+    paired = metrics.paired_speedups(rows)
+    assert paired["speedup"].notna().all()
+    # each speculative row is paired with the vanilla row of its own seed's run
+    assert (paired.groupby(["run_id", "sample_id"])["sampling_seed"].nunique() == 1).all()
+    written = report.write_report([tmp_path / "seeds"], tmp_path / "rep")
+    main = written["main.md"].read_text().splitlines()
+    spec_line = next(line for line in main if line.startswith("| speculative"))
+    assert "| n/a |" in spec_line and "| seeds |" in main[0]
+    # beside a greedy run of the same setting: another group, labelled by the temperature
+    _runner(tmp_path / "greedy")
+    both = metrics.aggregate(report.load_rows([tmp_path / "seeds", tmp_path / "greedy"]))
+    assert both["group"].nunique() == 2 and any("temperature=0.7" in g for g in both["group"])
+    assert any("temperature=0" in g and "0.7" not in g for g in both["group"])
+
+
+# --- fixture rows: known answers
+def test_sampled_rows_say_na_and_are_never_divergent(tmp_path):
+    # Reproducer: sampled rows carry matches_vanilla=null; metrics listed every sampled sample as divergent
+    # (fillna(False)) and counted repeats that draw different tokens as disagreeing.
+    rows = fixture_rows("s", tasks=["humaneval"], temperature=0.7, repeats=2)
+    for r in rows:  # the second draw of each sample took one more step (different tokens)
+        if r["decoder"] == "speculative" and r["repeat"] == 1:
+            r["num_steps"] += 1
+    run = write_run(tmp_path / "run", rows)
+    summary = metrics.summarize(read_results([run])).set_index("label")
+    spec = summary.loc["speculative"]
+    assert spec["equality_check"] == "n/a (sampled)" and pd.isna(spec["equal_to_vanilla"])
+    agg = metrics.aggregate(report.load_rows([run])).set_index("label")
+    assert agg.loc["speculative", "divergent_samples"] == []
+    md = metrics.to_markdown(summary.reset_index())
+    assert next(line for line in md.splitlines() if line.startswith("| speculative")).rstrip(" |").endswith("n/a")
+    c = metrics.counters(report.load_rows([run]).query("label == 'speculative'"))
+    assert c["inconsistent_samples"] == [] and c["totals"]["num_steps"] == 8 * 9 + 4
+
+
+def test_quality_over_seeds_has_a_t_interval_and_speedup_stays_paired(tmp_path):
+    # three seeds, accuracy 0.25 / 0.5 / 0.75 over 4 samples; each seed's run has its own vanilla speed
+    for seed, acc, vf in ((0, 0.25, 1.0), (1, 0.5, 1.5), (2, 0.75, 0.7)):
+        rows = fixture_rows(f"r{seed}", tasks=["gsm8k"], temperature=0.7, sampling_seed=seed, vanilla_factor=vf)
+        for r in rows:
+            r["accuracy"] = float(int(r["sample_id"].rsplit("/", 1)[1]) < round(acc * 4))
+        write_run(tmp_path / "seeds" / str(seed), rows)
+    agg = metrics.aggregate(report.load_rows([tmp_path / "seeds"])).set_index("label")
+    spec = agg.loc["speculative"]
+    assert agg["group"].nunique() == 1 and spec["seeds"] == 3 and spec["samples"] == 4 and spec["rows"] == 12
+    assert spec["speedup"] == pytest.approx(2.0) and spec["speedup_high"] == pytest.approx(2.0)  # paired per run
+    half = 4.302653 * 0.25 / math.sqrt(3)                              # t(0.975, 2) x sd / sqrt(n)
+    assert spec["accuracy"] == pytest.approx(0.5)
+    assert (spec["accuracy_low"], spec["accuracy_high"]) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert spec["accuracy_seed_std"] == pytest.approx(0.25)
+    report.write_report([tmp_path / "seeds"], tmp_path / "rep")
+    main = (tmp_path / "rep" / "main.md").read_text()
+    assert f"0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}]" in main and "seeds" in main
+    assert "Student-t interval over seeds" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_t_quantile_matches_tables():
+    for dof, q in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)):
+        assert metrics.t_quantile(0.975, dof) == pytest.approx(q, abs=1e-3)
+    assert metrics.t_quantile(0.95, 5) == pytest.approx(2.015, abs=1e-3)
+
+
+def test_decode_speedup_ttft_and_prefill_share(tmp_path):
+    # Issue 13 item 4: a prefill of 40 % of vanilla's wall time, the same for every decoder; speculative is 2x
+    # end to end, so its decode-only speedup is larger: (w_v - t) / (w_s - t) per sample.
+    rows = fixture_rows("p", tasks=["humaneval"], ttft_share=0.4)
+    run = write_run(tmp_path / "run", rows)
+    summary = metrics.summarize(read_results([run])).set_index("label")
+    spec, van = summary.loc["speculative"], summary.loc["vanilla"]
+    by = {(r["sample_id"], r["decoder"]): r for r in rows}
+    ratios = [by[(s, "speculative")]["decode_tokens_per_s"] / by[(s, "vanilla")]["decode_tokens_per_s"]
+              for s, d in by if d == "vanilla"]
+    assert ratios[0] == pytest.approx((1 - 0.4) / (0.5 - 0.4))          # 6x once the prompt is in
+    assert spec["decode_speedup"] == pytest.approx(np.mean(ratios)) and spec["speedup"] == pytest.approx(2.0)
+    assert van["decode_speedup"] == pytest.approx(1.0)
+    assert spec["prefill_share"] == pytest.approx(0.8) and van["prefill_share"] == pytest.approx(0.4)
+    assert spec["ttft_s"] == pytest.approx(van["ttft_s"])
+    assert spec["decode_speedup_low"] <= spec["decode_speedup"] <= spec["decode_speedup_high"]
+    written = report.write_report([run], tmp_path / "rep", plots=True, only=["time_breakdown"])
+    tex = (tmp_path / "rep" / "main.tex").read_text()
+    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 8   # one more group of 3 columns
+    assert len(_tex_rows(tex)) == 2
+    assert "figures/time_breakdown.png" in written
+    bd = metrics.time_breakdown(report.load_rows([run])).set_index("label")
+    assert bd.loc["speculative", "prefill_ms"] > 0 and bd.loc["vanilla", "decode_ms"] > 0
+
+
+def test_time_breakdown_docstring_example():
+    rows = pd.DataFrame({"group": ["g", "g"], "label": ["a", "b"], "status": ["ok", "ok"], "new_tokens": [10, 10],
+                         "wall_time_s": [1.0, 1.0], "ttft_s": [0.2, 0.2], "draft_time_s": [None, 0.3],
+                         "verify_time_s": [None, 0.6]})
+    bd = metrics.time_breakdown(rows).set_index("label")
+    assert bd.loc["a", ["prefill_ms", "draft_ms", "verify_ms", "decode_ms", "other_ms"]].tolist() == \
+        pytest.approx([20, 0, 0, 80, 0])
+    assert bd.loc["b", ["prefill_ms", "draft_ms", "verify_ms", "decode_ms", "other_ms"]].tolist() == \
+        pytest.approx([20, 30, 40, 0, 10])
+
+
+def test_cross_process_pairs_are_counted_by_metrics(tmp_path):
+    # Item 11.1's flag, counted in summary.csv by the one aggregation (the runner only adds "interrupted")
+    rows = fixture_rows("x", tasks=["t"], n=3)
+    spec = [r for r in rows if r["decoder"] == "speculative"]
+    spec[0]["attempt_id"] = "later"                                    # resumed in another process
+    spec[1]["paired_across_processes"] = True                          # flagged by the runner
+    summary = metrics.summarize(read_results([write_run(tmp_path / "run", rows)])).set_index("label")
+    assert summary.loc["speculative", "paired_across_processes"] == 2
+    assert summary.loc["vanilla", "paired_across_processes"] == 0
+    assert any("2 of 3 rows are paired with a vanilla row measured in another process" in w
+               for w in summary.attrs["warnings"])
+
+
+def test_load_of_older_rows_is_read_too(tmp_path):
+    rows = fixture_rows("old", tasks=["t"])
+    for r in rows:
+        r.update(load_avg_1m_before=9.0, load_avg_1m_after=9.0, cpu_count=4)   # names before the runner merge
+    summary = metrics.summarize(read_results([write_run(tmp_path / "run", rows)]))
+    assert summary["load_max"].tolist() == [9.0, 9.0]
+    assert any("machine load" in w and "4 usable cores" in w for w in summary.attrs["warnings"])
+    # the usable cores (cpu_affinity) win over the cores present
+    quiet = fixture_rows("q", tasks=["t"], load=3.0, cpu_count=4)
+    for r in quiet:
+        r["cpu_affinity"] = 2
+    assert metrics.summarize(read_results([write_run(tmp_path / "q", quiet)])).attrs["warnings"]
+
+
+def test_shards_add_no_replicates(tmp_path):
+    rows = fixture_rows("s", tasks=["humaneval"], n=4, repeats=2, jitter=0.02)
+    write_run(tmp_path / "sh" / "0", [r for r in rows if r["sample_id"] in ("humaneval/0", "humaneval/2")])
+    write_run(tmp_path / "sh" / "1", [r for r in rows if r["sample_id"] in ("humaneval/1", "humaneval/3")])
+    agg = metrics.aggregate(report.load_rows([tmp_path / "sh"])).set_index("label")
+    assert agg.loc["speculative", "replicates"] == 2 and agg.loc["speculative", "repeats"] == 2
+
+
+def test_spec_bench_export_of_sampled_seeds(tmp_path):
+    from harness.specbench import export_answers, import_answers
+
+    for seed in (0, 1):
+        write_run(tmp_path / "seeds" / str(seed), fixture_rows(f"r{seed}", tasks=["mt_bench"], n=2,
+                                                               temperature=0.7, sampling_seed=seed))
+    files = export_answers(report.load_rows([tmp_path / "seeds"]), tmp_path / "answers")
+    assert sorted(f.name for f in files) == ["target-7b-speculative-float32-temp-0.7.jsonl",
+                                             "target-7b-vanilla-float32-temp-0.7.jsonl"]
+    line = json.loads(files[0].read_text().splitlines()[0])
+    assert len(line["choices"]) == 2 and len(line["choices"][0]["turns"]) == 1   # one choice per seed's run
+    back = metrics.aggregate(metrics.prepare(import_answers([tmp_path / "answers"]))).set_index("label")
+    assert back.loc["speculative", "seeds"] == 2 and back.loc["speculative", "speedup"] == pytest.approx(2.0)
+    assert back.loc["speculative", "equality_check"] == "n/a (sampled)"
+
+
+def test_rows_without_the_columns_the_numbers_come_from_are_refused(tmp_path):
+    # A column the aggregation reads but no row has must not print as a number (before: prepare() filled
+    # wall_time_s with NaN and the summary showed speedup_total and accept_length from nothing).
+    rows = fixture_rows("m", tasks=["t"])
+    for r in rows:
+        del r["wall_time_s"]
+    with pytest.raises(ValueError, match=r"wall_time_s \(no such column\)"):
+        metrics.summarize(read_results([write_run(tmp_path / "a", rows)]))
+    rows = fixture_rows("n", tasks=["t"])
+    rows[1]["num_steps"] = None
+    with pytest.raises(ValueError, match=r"num_steps \(null in 1 of 8 ok rows\)"):
+        metrics.aggregate(read_results([write_run(tmp_path / "b", rows)]))
+    rows = fixture_rows("o", tasks=["t"])
+    rows[1]["tokens_per_s"] = None                                    # a call of no measurable time: left out
+    assert metrics.aggregate(read_results([write_run(tmp_path / "c", rows)])).set_index("label").loc[
+        "speculative", "rows"] == 4
+
+
+def test_a_quality_score_missing_in_some_rows_is_said(tmp_path):
+    rows = fixture_rows("q", tasks=["gsm8k"], scores=["accuracy"])
+    spec = [r for r in rows if r["decoder"] == "speculative"]
+    del spec[0]["accuracy"]
+    spec[0]["score_error"] = "boom"
+    summary = metrics.summarize(read_results([write_run(tmp_path / "run", rows)]), ["accuracy"])
+    assert any("accuracy is missing in 1 of 4 rows" in w for w in summary.attrs["warnings"])
