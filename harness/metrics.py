@@ -633,7 +633,8 @@ def seed_interval(g: pd.DataFrame, column: str, level: float = 0.95) -> dict[str
         g: the cell's ok rows, with ``column`` and ``sampling_seed``.
 
     Returns:
-        ``{"mean", "low", "high", "seed_std", "seeds"}``; with fewer than two seeds the mean is over rows and the
+        ``{"mean", "low", "high", "seed_std", "seeds"}`` (for a column whose values all lie in [0, 1], such as
+        pass@1, accuracy or ROUGE, the interval is clipped to [0, 1]); with fewer than two seeds the mean is over rows and the
         rest NaN (``seeds`` counts the distinct non-null seeds).
     """
     x = num(g[column])
@@ -646,7 +647,10 @@ def seed_interval(g: pd.DataFrame, column: str, level: float = 0.95) -> dict[str
                 "seed_std": math.nan, "seeds": n}
     mean, sd = float(per_seed.mean()), float(per_seed.std(ddof=1))
     half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * sd / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "seed_std": sd, "seeds": n}
+    low, high = mean - half, mean + half
+    if x[keep].between(0.0, 1.0).all():  # a rate or a ROUGE score: the interval stays inside [0, 1]
+        low, high = max(low, 0.0), min(high, 1.0)
+    return {"mean": mean, "low": low, "high": high, "seed_std": sd, "seeds": n}
 
 
 # ------------------------------------------------------------------------------------------------ aggregate

@@ -712,12 +712,26 @@ def test_quality_over_seeds_has_a_t_interval_and_speedup_stays_paired(tmp_path):
     assert spec["speedup"] == pytest.approx(2.0) and spec["speedup_high"] == pytest.approx(2.0)  # paired per run
     half = 4.302653 * 0.25 / math.sqrt(3)                              # t(0.975, 2) x sd / sqrt(n)
     assert spec["accuracy"] == pytest.approx(0.5)
-    assert (spec["accuracy_low"], spec["accuracy_high"]) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert 0.5 + half > 1.0  # the raw t-interval leaves [0, 1]; an accuracy's interval is clipped to it
+    assert (spec["accuracy_low"], spec["accuracy_high"]) == (0.0, 1.0)
     assert spec["accuracy_seed_std"] == pytest.approx(0.25)
     report.write_report([tmp_path / "seeds"], tmp_path / "rep")
     main = (tmp_path / "rep" / "main.md").read_text()
-    assert f"0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}]" in main and "seeds" in main
+    assert "0.500 [0.000, 1.000]" in main and "seeds" in main
     assert "Student-t interval over seeds" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_quality_interval_over_seeds_unclipped_when_inside_the_unit_range(tmp_path):
+    for seed, acc in ((0, 0.5), (1, 0.5), (2, 0.75)):
+        rows = fixture_rows(f"r{seed}", tasks=["gsm8k"], temperature=0.7, sampling_seed=seed)
+        for r in rows:
+            r["accuracy"] = float(int(r["sample_id"].rsplit("/", 1)[1]) < round(acc * 4))
+        write_run(tmp_path / "seeds" / str(seed), rows)
+    spec = metrics.aggregate(report.load_rows([tmp_path / "seeds"])).set_index("label").loc["speculative"]
+    mean, sd = 1.75 / 3, math.sqrt(((0.5 - 1.75 / 3) ** 2 * 2 + (0.75 - 1.75 / 3) ** 2) / 2)
+    half = 4.302653 * sd / math.sqrt(3)
+    assert 0.0 < mean - half and mean + half < 1.0
+    assert (spec["accuracy_low"], spec["accuracy_high"]) == (pytest.approx(mean - half), pytest.approx(mean + half))
 
 
 def test_t_quantile_matches_tables():
