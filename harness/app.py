@@ -73,9 +73,21 @@ def list_configs(groups: list[str] | None = None) -> str:
     return "\n".join(lines) + "Use: python run.py model=NAME task=NAME 'decoder=[vanilla,NAME]' [experiment=NAME]"
 
 
+def missing_decoder_configs(experiment: str) -> list[str]:
+    """Decoder configs that ``conf/experiment/<experiment>.yaml`` selects (``override /decoder: [...]``) and that
+    ``conf/decoder/`` lacks, e.g. the held-out races' ``speculative_tuned`` before benchmarks/tune.py wrote it."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / f"{experiment}.yaml")).get("defaults")
+    names = [v for d in defaults or [] if isinstance(d, dict) for k, v in d.items()
+             if k.replace("override", "").strip(" /") == "decoder"]
+    names = [n for v in names for n in (v if isinstance(v, list) else [v])]
+    return [n for n in names if n and not (CONF_DIR / "decoder" / f"{n}.yaml").is_file()]
+
+
 def check_choices(argv: Sequence[str]) -> None:
     """Before Hydra composes: an unknown model, task, decoder or experiment name, or a list for a group that
-    takes one name (``task=[humaneval,mbpp]``), raises :class:`ConfigError` with the valid choices.
+    takes one name (``task=[humaneval,mbpp]``), raises :class:`ConfigError` with the valid choices; so does an
+    experiment selecting decoder configs not written yet (:func:`missing_decoder_configs`; Hydra would name
+    only the first one and not say where ``*_tuned`` configs come from).
 
     Understands ``group=name``, ``group=[a,b]``, ``+group=name`` and ``-m`` sweeps ``group=a,b``.
     """
@@ -90,6 +102,11 @@ def check_choices(argv: Sequence[str]) -> None:
         if unknown and value not in ("null",):
             raise ConfigError(f"unknown {key} {', '.join(map(repr, unknown))}. Valid choices for {key}: "
                               f"{', '.join(choices)}")
+        missing = [m for n in names for m in missing_decoder_configs(n)] if key == "experiment" else []
+        if missing and not any(a.lstrip("+~").startswith("decoder=") for a in argv):
+            raise ConfigError(f"{arg}: decoder configs {', '.join(missing)} do not exist yet in conf/decoder/. "
+                              "*_tuned configs are written by benchmarks/tune.py from the dev-split tuning runs "
+                              "(docs/experiments.md, \"Tuning protocol\").")
 
 
 def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> list[list[str]]:

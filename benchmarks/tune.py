@@ -1,0 +1,490 @@
+"""Pick each decoder family's best setting from tuning runs on the dev split; write ``conf/decoder/<family>_tuned.yaml``.
+
+Step 2 of issue 13's tuning protocol (docs/experiments.md, "Tuning protocol")::
+
+    python run.py experiment=tune_all                 # HumanEval dev problems, every family's grid, one vanilla
+    python run.py experiment=tune_all_mbpp            # the same grid on MBPP's validation split
+    python benchmarks/tune.py results/tuning/tune_all results/tuning/tune_all_mbpp [--metric speedup]
+    python run.py experiment=race_heldout_humaneval   # the held-out race runs the *_tuned configs by name
+
+Rows are read with :func:`harness.report.load_rows` and aggregated by :func:`harness.metrics.aggregate` (the one
+aggregation module: paired speedup vs the same run's vanilla, its seeded 95 % bootstrap interval, accept length,
+equality with vanilla); nothing is re-computed here. Each decoder name of a tuning run is one grid point; its
+config (``_target_`` and hyper-parameters) is read from the run folder's ``meta.json`` and must equal the rows'
+``decoder_params``.
+
+Families, by ``_target_``: ``speculative``, ``lookahead``, ``prompt_lookup``, ``hf_assisted``, ``ouroboros``
+(paper-faithful points only: no prompt n-grams, every cheaper-drafting option off) and ``ouroboros_best`` (every
+Ouroboros point). ``vanilla`` and ``hf_greedy`` are references, never tuned. Warm points (``pool_scope: task``)
+are not eligible: in the held-out race's second repeat a warm pool would see the sample again.
+
+Selection per family, among the points whose output equals vanilla on every dev sample: the highest score, where
+score = the mean over the dev tasks (one run group each) of the point's ``--metric`` (default ``speedup_total``:
+total tokens / total time vs vanilla's on the same samples; ``speedup`` is the mean of per-sample ratios); scores within
+``--tie-tolerance`` of the best are ties, broken by the narrower interval (``<metric>_high - <metric>_low``,
+mean over tasks), then by name. Refused, with the reason, and nothing written for the family:
+
+* a family with no points in the runs (``--family`` asks for one);
+* any point of the family whose output differs from vanilla in a float32 run (a lossless decoder must not);
+  in half precision such a point is only excluded from the candidates (listed in the table), unless
+  ``--allow-half-divergence`` admits it;
+* any point with failed cells or fewer samples than vanilla in some task (an interrupted run: resume it);
+* a point missing from one of the dev tasks (points must be measured on every task that is scored).
+
+Refused for the whole call (exit status 2): no rows; rows of held-out samples (HumanEval >= 20, MBPP test ids
+11-510, any other task) unless ``--any-split``; sampled rows (``temperature > 0``: tuning is greedy); several run
+identities for one task (tune from one run per dev task); a grid point whose config differs between runs.
+
+Writes (unless ``--dry-run``) ``<conf-dir>/<family>_tuned.yaml``: a decoder config with the schema default line
+and a header naming the tuning runs, the split, the machine, the metric and its value; the file is then composed
+and validated with :func:`harness.config.compose`. An existing file with other contents is replaced only with
+``--force``. Exit status: 0 every requested family written, 1 some family refused, 2 refused input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python benchmarks/tune.py` from the repository root
+    sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+
+from harness import metrics  # noqa: E402
+from harness.config import SCHEMAS, OuroborosConfig  # noqa: E402
+from harness.report import load_rows  # noqa: E402
+from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS  # noqa: E402
+
+#: ``_target_`` -> the families a point of that decoder class belongs to (``ouroboros`` only when paper-faithful).
+FAMILIES_OF_TARGET: dict[str, tuple[str, ...]] = {
+    "decoders.speculative.SpeculativeDecoder": ("speculative",),
+    "decoders.lookahead.LookaheadDecoder": ("lookahead",),
+    "decoders.prompt_lookup.PromptLookupDecoder": ("prompt_lookup",),
+    "decoders.hf_assisted.HFAssistedDecoder": ("hf_assisted",),
+    "decoders.ouroboros.OuroborosDecoder": ("ouroboros", "ouroboros_best"),
+}
+FAMILIES = ("speculative", "lookahead", "prompt_lookup", "hf_assisted", "ouroboros", "ouroboros_best")
+#: Decoders that are references of the race, never tuned.
+REFERENCE_TARGETS = ("decoders.vanilla.VanillaDecoder", "decoders.hf_assisted.HFGreedyDecoder")
+#: Ouroboros options that are not in the paper (Zhao et al. 2024): a point with any of them away from its
+#: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest issue 13).
+OUROBOROS_EXTENSIONS = ("pool_from_prompt", "free_draft_min_match", "draft_vocab_size", "stop_confidence",
+                        "branch_confidence", "max_branches")
+_OURO_DEFAULTS = {f.name: f.default for f in fields(OuroborosConfig)}
+#: Config keys that are not hyper-parameters (harness.metrics.NON_PARAM_KEYS).
+META_KEYS = metrics.NON_PARAM_KEYS
+#: HumanEval problems of the dev split (issue 13): 0-19. The held-out race starts at 20.
+HUMANEVAL_DEV = range(0, 20)
+
+
+def _number(sample_id: Any) -> int | None:
+    m = re.search(r"(\d+)$", str(sample_id))
+    return int(m.group(1)) if m else None
+
+
+#: task -> (is this sample id in the dev split?, the dev split in words).
+DEV_SPLITS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "humaneval": (lambda s: _number(s) in HUMANEVAL_DEV, "HumanEval/0-19"),
+    "mbpp": (lambda s: _number(s) is not None and _number(s) not in MBPP_SPLIT_IDS["test"],
+             "MBPP validation (task ids 511-600; prompt and train ids also qualify, test ids 11-510 do not)"),
+}
+
+
+class Refused(Exception):
+    """The input cannot be tuned from (exit status 2); the message says what to change."""
+
+
+def family_of(family: str, target: str, params: dict[str, Any]) -> bool:
+    """Whether a point (``_target_`` and hyper-parameters) belongs to ``family``."""
+    if family not in FAMILIES_OF_TARGET.get(target, ()):
+        return False
+    if family == "ouroboros":
+        return all(metrics.norm(params.get(k, _OURO_DEFAULTS[k])) == metrics.norm(_OURO_DEFAULTS[k])
+                   for k in OUROBOROS_EXTENSIONS)
+    return True
+
+
+def schema_name(target: str) -> str:
+    """The ConfigStore name of the decoder schema for ``target`` (``base_decoder_speculative``)."""
+    for name, schema in SCHEMAS["decoder"].items():
+        if schema._target_ == target:
+            return name
+    raise Refused(f"no decoder schema for {target} in harness/config.py")
+
+
+def compact_ids(ids: Sequence[Any]) -> str:
+    """``HumanEval/0..9`` -> ``HumanEval/0-9``; ``mbpp/511, 512, 514`` -> ``mbpp/511-512, 514``."""
+    by_prefix: dict[str, list[int]] = {}
+    other: list[str] = []
+    for s in ids:
+        n = _number(s)
+        if n is None:
+            other.append(str(s))
+        else:
+            by_prefix.setdefault(str(s)[: len(str(s)) - len(str(n))], []).append(n)
+    parts = []
+    for prefix, nums in by_prefix.items():
+        nums = sorted(set(nums))
+        runs, start = [], nums[0]
+        for a, b in zip(nums, nums[1:] + [None]):
+            if b != a + 1:
+                runs.append(f"{start}" if start == a else f"{start}-{a}")
+                start = b
+        parts.append(prefix + ", ".join(runs))
+    return ", ".join(parts + other)
+
+
+# --------------------------------------------------------------------------------------------------------- input
+def decoder_nodes(rows: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """decoder name -> its config node (``_target_``, ``_partial_``, ``uses_draft``, hyper-parameters) from the
+    ``meta.json`` of every run folder in ``rows``; refuses a name whose config differs between folders or from
+    the rows' ``decoder_params``."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for run_dir, g in rows.groupby("run_dir", sort=False):
+        meta_path = Path(str(run_dir)) / "meta.json"
+        if not meta_path.is_file():
+            raise Refused(f"{meta_path} is missing: tune.py reads each grid point's config from the run folder's "
+                          "meta.json (written by run.py); point it at run or sweep folders of run.py")
+        config = json.loads(meta_path.read_text()).get("config", {}).get("decoder", {})
+        for name, dg in g.groupby("decoder", sort=False):
+            node = config.get(name)
+            if not isinstance(node, dict) or "_target_" not in node:
+                raise Refused(f"{meta_path}: no config for decoder {name!r}")
+            params = {k: metrics.norm(v) for k, v in node.items() if k not in META_KEYS}
+            for s in dg["decoder_params"].dropna().unique():
+                stored = {k: metrics.norm(v) for k, v in json.loads(s).items()}
+                if stored != params:
+                    raise Refused(f"{run_dir}: rows of {name} carry decoder_params {stored} but meta.json says "
+                                  f"{params}; the folder mixes configurations (use a fresh folder per tuning run)")
+            if name in nodes and nodes[name] != node:
+                raise Refused(f"grid point {name} has different configs in different runs ({nodes[name]} vs {node}); "
+                              "tune from runs of the same grid")
+            nodes[name] = node
+    return nodes
+
+
+def check_input(rows: pd.DataFrame, any_split: bool) -> None:
+    """Refuse sampled rows and held-out samples (see the module docstring)."""
+    if "temperature" in rows and (metrics.num(rows["temperature"]).fillna(0) > 0).any():
+        raise Refused("rows with temperature > 0: tuning is greedy (speedups are paired on identical outputs); "
+                      "tune from a run with runner.temperature=0")
+    if any_split:
+        return
+    for task, g in rows.groupby("task", sort=False):
+        rule = DEV_SPLITS.get(str(task))
+        if rule is None:
+            raise Refused(f"task {task} has no dev split in issue 13's protocol (dev: {', '.join(DEV_SPLITS)}); "
+                          "tune on the dev split, or pass --any-split (the tuned config's header then says so)")
+        bad = sorted({s for s in g["sample_id"] if not rule[0](s)}, key=lambda s: (_number(s) or 0, str(s)))
+        if bad:
+            raise Refused(f"{task} rows include held-out samples ({compact_ids(bad)}): tuning uses the dev split "
+                          f"only ({rule[1]}), so that the held-out race measures settings chosen elsewhere; "
+                          "pass --any-split to tune on them anyway")
+
+
+def error_counts(rows: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(task, decoder) -> cells whose latest row has status ``error`` (skips such as ``prompt_too_long`` are not
+    errors: they are deterministic and hit vanilla too)."""
+    if "status" not in rows:
+        return {}
+    bad = rows[rows["status"] == "error"]
+    return {(str(t), str(d)): int(n) for (t, d), n in bad.groupby(["task", "decoder"]).size().items()}
+
+
+# --------------------------------------------------------------------------------------------------------- select
+@dataclass
+class Point:
+    """One grid point across the dev tasks."""
+
+    name: str
+    node: dict[str, Any]
+    per_task: dict[str, pd.Series]        # task -> its aggregate row
+    score: float = math.nan
+    width: float = math.nan
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.node.items() if k not in META_KEYS}
+
+
+@dataclass
+class Choice:
+    family: str
+    points: list[Point]
+    chosen: Point | None = None
+    refused: str | None = None
+    excluded: list[str] = field(default_factory=list)
+
+
+def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "speedup_total",
+           families: Sequence[str] = FAMILIES, tie_tolerance: float = 0.005,
+           errors: dict[tuple[str, str], int] | None = None, allow_half_divergence: bool = False) -> list[Choice]:
+    """The choice (or the refusal) per family from :func:`harness.metrics.aggregate`'s frame ``agg``;
+    ``errors`` counts cells with status ``error`` per (task, decoder) (:func:`error_counts`). A point whose
+    output differs from vanilla on some dev sample is not a candidate (half precision; listed in
+    ``Choice.excluded``) unless ``allow_half_divergence``; in float32 it refuses its whole family (a bug).
+
+    Raises:
+        Refused: several run groups for one task, or a missing metric.
+    """
+    if metric not in agg:
+        numeric = [c for c in agg.columns if c.endswith("_low") and c[:-4] in agg]
+        raise Refused(f"--metric {metric}: not a column of harness.metrics.aggregate; with intervals: "
+                      f"{', '.join(c[:-4] for c in numeric)}")
+    per_task = agg.groupby("task", sort=False)["group"].nunique()
+    if (per_task > 1).any():
+        task = per_task[per_task > 1].index[0]
+        groups = list(dict.fromkeys(agg.loc[agg["task"] == task, "group"]))
+        raise Refused(f"task {task} has {len(groups)} run identities ({'; '.join(groups)}): tune from one run per "
+                      "dev task (same code, machine, dtype and budget), or resume the interrupted one")
+    tasks = list(dict.fromkeys(agg["task"]))
+    vanilla = {t: agg[(agg["task"] == t) & (agg["decoder"] == "vanilla")] for t in tasks}
+    for t, v in vanilla.items():
+        if v.empty:
+            raise Refused(f"task {t}: no vanilla rows, so no paired speedup; tuning runs include vanilla")
+    low, high = f"{metric}_low", f"{metric}_high"
+    points: dict[str, Point] = {}
+    for _, r in agg.iterrows():
+        name = str(r["decoder"])
+        if name == "vanilla" or nodes.get(name, {}).get("_target_") in REFERENCE_TARGETS:
+            continue
+        points.setdefault(name, Point(name, nodes[name], {})).per_task[str(r["task"])] = r
+    choices = []
+    for family in families:
+        members = [p for p in points.values() if family_of(family, p.node["_target_"], p.params)]
+        choice = Choice(family, members)
+        choices.append(choice)
+        if not members:
+            choice.refused = (f"no grid points of {family} in these runs (run experiment=tune_all, or "
+                              f"tune_{family.replace('_best', '')}, on the dev split)")
+            continue
+        problems = []
+        eligible = []
+        for p in members:
+            diverged: list[str] = []
+            if p.params.get("pool_scope") == "task":
+                choice.excluded.append(f"{p.name}: warm pool (pool_scope=task) not eligible: with the race's "
+                                       "runner.repeats=2 it would see each sample again")
+                continue
+            absent = [t for t in tasks if t not in p.per_task]
+            if absent:
+                problems.append(f"{p.name} was not measured on {', '.join(absent)} (every scored point must run on "
+                                "every dev task)")
+                continue
+            for t, r in p.per_task.items():
+                n_vanilla = int(vanilla[t]["samples"].iloc[0])
+                failed = (errors or {}).get((t, p.name), 0)
+                if failed or int(r["samples"]) < n_vanilla:
+                    problems.append(f"{p.name} is incomplete on {t}: {int(r['samples'])} of {n_vanilla} samples, "
+                                    f"{failed} failed cells (resume the tuning run: the same command again; failed "
+                                    "cells are retried)")
+                if metrics.num(pd.Series([r.get("equal_to_vanilla")])).iloc[0] < 1:
+                    where = f"on {t} (samples {', '.join(r.get('divergent_samples') or []) or '?'})"
+                    if str(r.get("dtype")) == "float32":
+                        problems.append(f"{p.name} differs from vanilla in float32 {where}: a lossless decoder must "
+                                        "not; fix the decoder before tuning it")
+                    elif not allow_half_divergence:
+                        diverged.append(f"{p.name}: output differs from vanilla in {r.get('dtype')} {where}; equality "
+                                        "is required (--allow-half-divergence admits half-precision divergences)")
+            vals = [metrics.num(pd.Series([p.per_task[t].get(metric)])).iloc[0] for t in tasks]
+            widths = [metrics.num(pd.Series([p.per_task[t].get(high)])).iloc[0]
+                      - metrics.num(pd.Series([p.per_task[t].get(low)])).iloc[0] for t in tasks]
+            p.score = float(sum(vals) / len(vals))
+            p.width = float(sum(widths) / len(widths)) if all(math.isfinite(w) for w in widths) else math.inf
+            if not math.isfinite(p.score):
+                problems.append(f"{p.name} has no {metric} value")
+                continue
+            if diverged:
+                choice.excluded.extend(diverged)
+                continue
+            eligible.append(p)
+        if problems:
+            choice.refused = "; ".join(problems)
+            continue
+        if not eligible:
+            choice.refused = f"no eligible points of {family} ({'; '.join(choice.excluded)})"
+            continue
+        best = max(p.score for p in eligible)
+        tied = [p for p in eligible if best - p.score <= tie_tolerance]
+        choice.chosen = min(tied, key=lambda p: (p.width, p.name))
+        if len(tied) > 1:
+            choice.chosen.notes.append(f"tie within {tie_tolerance:g} with "
+                                       f"{', '.join(p.name for p in tied if p is not choice.chosen)}: narrower interval")
+    return choices
+
+
+# --------------------------------------------------------------------------------------------------------- output
+def _fmt(v: Any, spec: str = ".2f") -> str:
+    x = metrics.num(pd.Series([v])).iloc[0]
+    return "" if pd.isna(x) else format(float(x), spec)
+
+
+def table(choices: Sequence[Choice], metric: str) -> str:
+    """Every point of every family: per-task metric [interval], the score, accept length, equality with vanilla."""
+    lines = [f"| family | point | {metric} per task [95% CI] | score | CI width | accept length | equal to vanilla | |",
+             "|---|---|---|---:|---:|---:|---|---|"]
+    for c in choices:
+        if not c.points:
+            lines.append(f"| {c.family} | – | – | | | | | REFUSED: {c.refused} |")
+            continue
+        for p in sorted(c.points, key=lambda p: (-p.score if math.isfinite(p.score) else math.inf, p.name)):
+            per = "; ".join(f"{t} {_fmt(r.get(metric))} [{_fmt(r.get(metric + '_low'))}, {_fmt(r.get(metric + '_high'))}]"
+                            for t, r in p.per_task.items())
+            tau = "; ".join(_fmt(r.get("accept_length")) for r in p.per_task.values())
+            eq = "; ".join(f"{_fmt(r.get('equal_to_vanilla'), '.0%')} ({r.get('dtype')})" for r in p.per_task.values())
+            mark = "**chosen**" if p is c.chosen else ""
+            lines.append(f"| {c.family} | {p.name} | {per} | {_fmt(p.score, '.3f')} | {_fmt(p.width, '.3f')} | {tau} | "
+                         f"{eq} | {mark} |")
+        if c.refused:
+            lines.append(f"| {c.family} | | | | | | | REFUSED: {c.refused} |")
+        for e in c.excluded:
+            lines.append(f"| {c.family} | | | | | | | excluded: {e} |")
+    return "\n".join(lines)
+
+
+def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.DataFrame, any_split: bool,
+               allow_half_divergence: bool = False) -> str:
+    """The text of ``conf/decoder/<family>_tuned.yaml`` for a chosen point."""
+    p = choice.chosen
+    assert p is not None
+    name = f"{choice.family}_tuned"
+    ok = rows[rows["status"] == "ok"] if "status" in rows else rows
+    split = "; ".join(f"{t} {compact_ids(list(dict.fromkeys(g['sample_id'])))} ({g['sample_id'].nunique()} samples)"
+                      for t, g in ok.groupby("task", sort=False))
+    first = p.per_task[next(iter(p.per_task))]
+
+    def one(col: str) -> str:
+        vals = sorted({metrics.fmt_value(v) for v in ok[col].dropna()}) if col in ok else []
+        return ", ".join(vals) or "?"
+
+    commit = ", ".join(v[:12] for v in one("git_commit").split(", "))
+    if "git_dirty" in ok and ok["git_dirty"].fillna(False).astype(bool).any():
+        commit += " (with uncommitted changes)"
+    machine = one("device_name")
+    cpu = one("cpu_model")
+    if cpu != "?" and cpu not in machine:
+        machine += f" ({cpu})"
+    per = ", ".join(f"{t} {_fmt(r.get(metric))} [{_fmt(r.get(metric + '_low'))}, {_fmt(r.get(metric + '_high'))}]"
+                    for t, r in p.per_task.items())
+    eq = ", ".join(f"{t} {_fmt(r.get('equal_to_vanilla'), '.0%')}" for t, r in p.per_task.items())
+    tau = ", ".join(f"{t} {_fmt(r.get('accept_length'))}" for t, r in p.per_task.items())
+    others = sorted((q for q in choice.points if q is not p and math.isfinite(q.score)), key=lambda q: -q.score)
+    params = ", ".join(f"{k}={metrics.fmt_value(v)}" for k, v in p.params.items())
+    header = [
+        f"# @package decoder.{name}",
+        f"# {choice.family} tuned on the dev split: grid point {p.name} of benchmarks/tune.py's selection.",
+        f"# Setting: {params}.",
+        "# Issue 13's tuning protocol (docs/experiments.md, \"Tuning protocol\"); do not edit by hand:",
+        "# re-run the tuning and tune.py (--force replaces this file).",
+        f"# Tuning runs: {', '.join(sources)}.",
+        f"# Split: {split}{' (NOT the dev split: --any-split)' if any_split else ''}.",
+        f"# dtype {one('dtype')}, max_new_tokens {one('max_new_tokens')}, model pair {first.get('model_pair')}, "
+        f"commit {commit}.",
+        f"# Machine: {machine}.",
+        f"# Criterion: the highest {metric} (harness.metrics.aggregate, paired with the same run's vanilla; "
+        "speedup_total = total tokens / total time ratio, speedup = mean of per-sample ratios), equality with "
+        f"vanilla on every dev sample {'NOT required (--allow-half-divergence)' if allow_half_divergence else 'required'}",
+        f"# Score {p.score:.3f} = the mean over dev tasks of {metric} [95% bootstrap interval]: {per}.",
+        f"# Accept length: {tau}. Equal to vanilla: {eq}.",
+    ]
+    if p.notes:
+        header.append(f"# Note: {'; '.join(p.notes)}.")
+    if others:
+        header.append("# Other points: " + ", ".join(f"{q.name} {q.score:.3f}" for q in others) + ".")
+    body = {k: p.node[k] for k in ("_target_", "_partial_", "uses_draft") if k in p.node}
+    body.update(p.params)
+    defaults = (f"defaults:\n  - {schema_name(p.node['_target_'])}   # schema: harness/config.py (unknown keys and "
+                "bad values are refused)\n  - _self_\n")
+    return "\n".join(header) + "\n" + defaults + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+
+
+def validate_written(conf_dir: Path, name: str) -> None:
+    """Compose ``decoder=[vanilla,<name>]`` with the conf tree holding ``conf_dir`` (harness.config.compose:
+    schema, types and bounds). Raises ConfigError. Skipped when ``conf_dir`` is not a conf tree's decoder folder."""
+    root = conf_dir.parent
+    if conf_dir.name != "decoder" or not (root / "config.yaml").is_file():
+        return
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.config import compose
+
+    GlobalHydra.instance().clear()
+    compose([f"decoder=[vanilla,{name}]"], config_dir=root.resolve())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="tuning run or sweep folders (or results.jsonl files), one per dev task")
+    parser.add_argument("--metric", default="speedup_total",
+                        help="column of harness.metrics.aggregate to maximise (default speedup_total: vanilla's total "
+                             "seconds per token over the point's, over the same samples; speedup = mean of ratios)")
+    parser.add_argument("--allow-half-divergence", action="store_true",
+                        help="admit points whose bf16/fp16 output differs from vanilla on some dev sample (said in "
+                             "the header); default: such points are not candidates")
+    parser.add_argument("--family", action="append", choices=FAMILIES,
+                        help="tune only these families (repeatable); default: all, each refused when it has no points")
+    parser.add_argument("--conf-dir", default=str(ROOT / "conf" / "decoder"),
+                        help="where <family>_tuned.yaml is written (default: conf/decoder)")
+    parser.add_argument("--tie-tolerance", type=float, default=0.005,
+                        help="scores within this of the best are ties, broken by the narrower interval (default 0.005)")
+    parser.add_argument("--any-split", action="store_true", help="allow rows outside the dev split (said in the header)")
+    parser.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
+    parser.add_argument("--force", action="store_true", help="replace existing *_tuned.yaml files with other contents")
+    args = parser.parse_args(argv)
+    try:
+        rows = load_rows(args.runs)
+        if rows.empty:
+            raise Refused(f"no result rows under {', '.join(args.runs)}")
+        check_input(rows, args.any_split)
+        nodes = decoder_nodes(rows)
+        agg = metrics.aggregate(rows)
+        choices = select(agg, nodes, args.metric, args.family or FAMILIES, args.tie_tolerance, error_counts(rows),
+                         args.allow_half_divergence)
+    except (Refused, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(table(choices, args.metric))
+    print()
+    conf_dir = Path(args.conf_dir)
+    status = 0
+    for c in choices:
+        if c.chosen is None:
+            print(f"{c.family}: REFUSED, nothing written: {c.refused}")
+            status = 1
+            continue
+        target = conf_dir / f"{c.family}_tuned.yaml"
+        text = tuned_yaml(c, args.metric, args.runs, rows, args.any_split, args.allow_half_divergence)
+        line = f"{c.family}: {c.chosen.name} ({args.metric} {c.chosen.score:.3f})"
+        if args.dry_run:
+            print(f"{line}; --dry-run: {target} not written")
+            continue
+        if target.is_file() and target.read_text() != text and not args.force:
+            print(f"{line}; REFUSED to replace {target} (it holds another tuning; --force replaces it)")
+            status = 1
+            continue
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        try:
+            validate_written(conf_dir, f"{c.family}_tuned")
+        except Exception as e:  # a config that cannot run must not be left behind
+            target.unlink()
+            print(f"{line}; the written config does not validate, removed: {e}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{line} -> {target}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
