@@ -185,25 +185,28 @@ class TaskConfig:
 
 
 @dataclass
-class HumanEvalConfig(TaskConfig):
-    _target_: str = "tasks.humaneval.HumanEval"
-    name: str = "humaneval"
-    max_new_tokens: int = field(default=512, metadata=at_least(1))
-    stop_style: str = field(default="codex", metadata=one_of(*HUMANEVAL_STOP_STYLES))
+class CodeTaskConfig(TaskConfig):
+    """The settings every code task shares: opt-in execution in tasks/execution.py and its wall-clock limit."""
     allow_code_execution: bool = False
     timeout_s: float = field(default=10.0, metadata={"gt": 0})
 
 
 @dataclass
-class MBPPConfig(TaskConfig):
+class HumanEvalConfig(CodeTaskConfig):
+    _target_: str = "tasks.humaneval.HumanEval"
+    name: str = "humaneval"
+    max_new_tokens: int = field(default=512, metadata=at_least(1))
+    stop_style: str = field(default="codex", metadata=one_of(*HUMANEVAL_STOP_STYLES))
+
+
+@dataclass
+class MBPPConfig(CodeTaskConfig):
     _target_: str = "tasks.mbpp.MBPP"
     name: str = "mbpp"
     data_dir: Optional[str] = None
     split: str = field(default="test", metadata=one_of(*MBPP_SPLIT_IDS))
     hub_id: Optional[str] = MBPP_SOURCE.hub_id
     max_new_tokens: int = field(default=512, metadata=at_least(1))
-    allow_code_execution: bool = False
-    timeout_s: float = field(default=10.0, metadata={"gt": 0})
 
 
 @dataclass
