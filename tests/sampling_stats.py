@@ -46,6 +46,16 @@ def tiny_model(seed: int, logit_scale: float, model_type: str = "qwen2"):
     return build_tiny_random(config, seed=seed, vocab_size=VOCAB)
 
 
+def greedy_prompt(model: torch.nn.Module, first: int = 1, length: int = 10) -> list[int]:
+    """``length`` token ids: ``first``, then ``model``'s own greedy continuation (prompt lookup and the n-gram pool
+    then find n-grams the model likes)."""
+    ids = [first]
+    with torch.inference_mode():
+        for _ in range(length - 1):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids
+
+
 def sharpened(model, factor: float, noise: float, seed: int):
     """A copy of ``model`` whose LM head is multiplied by ``factor`` and perturbed (a draft that is often
     over-confident in the target's likely tokens, so rejections and residual draws actually happen)."""

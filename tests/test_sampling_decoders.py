@@ -30,8 +30,8 @@ from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
 from harness.models import build_tiny_random
-from sampling_stats import (ALPHA, MISTAKES, VOCAB, distribution_pvalue, exact_sequence_probs, sample_counts,
-                            sharpened, tiny_model, wrong_multi_candidate_verify, wrong_rejection_verify)
+from sampling_stats import (ALPHA, MISTAKES, VOCAB, distribution_pvalue, exact_sequence_probs, greedy_prompt,
+                            sample_counts, sharpened, tiny_model, wrong_multi_candidate_verify, wrong_rejection_verify)
 
 SAMPLING = SamplingConfig(temperature=0.8, top_p=0.95, top_k=6)
 EOS = frozenset({7})
@@ -63,12 +63,7 @@ def draft(target):
 
 @pytest.fixture(scope="module")
 def prompt(target):
-    """The target's own greedy continuation of token 1: prompt lookup then finds n-grams the target likes."""
-    ids = [1]
-    with torch.inference_mode():
-        for _ in range(9):
-            ids.append(int(target(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids
+    return greedy_prompt(target)
 
 
 @pytest.fixture(scope="module")

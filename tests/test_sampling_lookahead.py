@@ -35,8 +35,8 @@ import decoders.ouroboros
 from decoders.common.sampling import SamplingConfig
 from decoders.lookahead import LookaheadDecoder
 from decoders.ouroboros import OuroborosDecoder
-from sampling_stats import (ALPHA, TREE_MISTAKES, distribution_pvalue, exact_sequence_probs, sample_counts,
-                            sharpened, tiny_model, wrong_tree_verify)
+from sampling_stats import (ALPHA, TREE_MISTAKES, distribution_pvalue, exact_sequence_probs, greedy_prompt,
+                            sample_counts, sharpened, tiny_model, wrong_tree_verify)
 
 SAMPLING = SamplingConfig(temperature=0.8, top_p=0.95, top_k=6)
 EOS = frozenset({7})
@@ -68,11 +68,7 @@ def draft(target):
 
 @pytest.fixture(scope="module")
 def prompt(target):
-    ids = [1]
-    with torch.inference_mode():
-        for _ in range(9):
-            ids.append(int(target(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids
+    return greedy_prompt(target)
 
 
 @pytest.fixture(scope="module")
