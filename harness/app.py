@@ -302,6 +302,8 @@ def main_job(cfg: DictConfig) -> float | None:
         "git_commit": env["git_commit"],
         "git_dirty": env["git_dirty"],
         "cpu_model": env["cpu_model"],
+        "cpu_isa": env["cpu_isa"],
+        "native_half_precision": env["native_half_precision"],
     }
     try:  # checks the folder against this run's identity, then writes meta.json
         runner = Runner(task, pair, decoders, params, settings, run_dir, identity,

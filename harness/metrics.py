@@ -64,6 +64,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from harness.results import emulated_half_note
+
 log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------------ constants
@@ -599,6 +601,18 @@ def _load_warning(group: str, rows: pd.DataFrame, margin: float) -> str | None:
             "unreliable; rerun on a quiet machine")
 
 
+def _emulated_half_warning(group: str, rows: pd.DataFrame) -> str | None:
+    """One warning for a group measured in a half-precision dtype its CPU lacks instructions for (rows whose
+    ``native_half_precision`` is False, as the runner records it; :func:`harness.results.emulated_half_note`),
+    else None. Older rows without the column get no warning."""
+    if "native_half_precision" not in rows:
+        return None
+    emulated = rows[rows["native_half_precision"].map(lambda v: v is False or v == "False")]
+    if emulated.empty:
+        return None
+    return f"{group}: {emulated_half_note(emulated.iloc[0].to_dict())}"
+
+
 # ------------------------------------------------------------------------------------------------ quality
 def t_quantile(p: float, dof: int) -> float:
     """Quantile ``p`` (0.5 < p < 1) of Student's t distribution with ``dof`` degrees of freedom, by bisection
@@ -721,6 +735,7 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
     merged = paired_speedups(rows)
     paired = {k: g for k, g in merged.groupby(keys, sort=False, dropna=False)}
     load_warnings = {grp: _load_warning(str(grp), _ok(g), load_margin) for grp, g in rows.groupby("group", sort=False)}
+    half_warnings = {grp: _emulated_half_warning(str(grp), g) for grp, g in rows.groupby("group", sort=False)}
     out = []
     for key, all_g in rows.groupby(keys, sort=False, dropna=False):
         g = paired.get(key, merged.iloc[0:0])
@@ -795,6 +810,8 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
         rec["load_max"], rec["rows_over_load"], rec["usable_cores"] = load_stats(_ok(all_g), load_margin)
         if rec["rows_over_load"] and load_warnings.get(key[0]):
             warnings.append(load_warnings[key[0]])
+        if half_warnings.get(key[0]):
+            warnings.append(half_warnings[key[0]])
         rec["warnings"] = warnings
         out.append(rec)
     agg = _order(pd.DataFrame(out))

@@ -45,7 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.metrics import SUMMARY_LEGEND, summarize, to_markdown
-from harness.results import ResultWriter, cpu_affinity, read_results
+from harness.results import ResultWriter, cpu_affinity, emulated_half_note, read_results
 from harness import resume as resume_lib
 from harness.timing import Stopwatch
 from decoders.common.sampling import SamplingConfig, make_generator, sample_seed
@@ -302,6 +302,9 @@ class Runner:
         adopted = self.resume_state.run_id if self.resume_state else None
         self.run_id = identity.get("run_id") or adopted or uuid.uuid4().hex[:12]
         self._write_meta(config, environment, meta)
+        self.half_precision_note = emulated_half_note(dict(environment or {}))
+        if self.half_precision_note:  # said before anything is measured; the summary's warnings say it again
+            log.warning("%s", self.half_precision_note)
 
     # ------------------------------------------------------------------------------------ identity
     def _data_identity(self) -> dict[str, Any]:
@@ -635,8 +638,8 @@ class Runner:
 
     def notes(self) -> list[str]:
         """What only the runner knows for the summary: that the run was interrupted. Every other warning
-        (machine load, cross-process pairs, disagreeing estimators) comes from :mod:`harness.metrics`, the
-        same code that serves the report and the gate."""
+        (machine load, cross-process pairs, disagreeing estimators, half precision emulated by the CPU) comes
+        from :mod:`harness.metrics`, the same code that serves the report and the gate."""
         if not self.interrupted:
             return []
         return ["interrupted (Ctrl-C): this summary covers only the cells finished before it; rerun the same "
