@@ -109,7 +109,27 @@ def test_hf_assisted_tuning_includes_threshold_off():
     assert 0.0 in thresholds and 0.4 in thresholds and None in thresholds
 
 
-def test_held_out_presets_refused_before_tuning_naming_the_missing_configs(nothing_may_load):
+def _conf_without_tuned(tmp_path):
+    """A copy of conf/ without the committed *_tuned configs: a checkout before the tuning step."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    for tuned in (conf / "decoder").glob("*_tuned.yaml"):
+        tuned.unlink()
+    return conf
+
+
+def _use_conf(conf, monkeypatch):
+    """Point composition and the launch checks at the config tree ``conf`` (a copy of conf/)."""
+    monkeypatch.setattr(harness.app, "CONF_DIR", conf)
+    monkeypatch.setattr(harness.config, "CONF_DIR", conf)
+    monkeypatch.setattr(harness.config.compose, "__kwdefaults__",
+                        {**harness.config.compose.__kwdefaults__, "config_dir": conf})
+
+
+def test_held_out_presets_refused_before_tuning_naming_the_missing_configs(tmp_path, monkeypatch, nothing_may_load):
+    """On a checkout without *_tuned configs (here: a copy of conf/ with them removed, since the repository
+    commits a set), the races are refused before anything loads, naming the missing configs and the tuning step."""
+    _use_conf(_conf_without_tuned(tmp_path), monkeypatch)
     for name in HELD_OUT:
         missing = missing_decoder_configs(name)
         assert missing and all(m.endswith("_tuned") for m in missing)
@@ -128,14 +148,10 @@ def test_held_out_presets_validate_with_tuned_configs(name, task, offset, limit,
                                                       nothing_may_load):
     """The races compose and validate (every sweep value) once tune.py has written the *_tuned configs: here
     into a copy of conf/, from synthetic tuning runs."""
-    conf = tmp_path / "conf"
-    shutil.copytree(CONF, conf)
+    conf = _conf_without_tuned(tmp_path)
     runs = _tuning_runs(tmp_path / "runs", all_families=True)
     assert tune.main([str(r) for r in runs] + ["--conf-dir", str(conf / "decoder")]) == 0
-    monkeypatch.setattr(harness.app, "CONF_DIR", conf)
-    monkeypatch.setattr(harness.config, "CONF_DIR", conf)
-    monkeypatch.setattr(harness.config.compose, "__kwdefaults__",
-                        {**harness.config.compose.__kwdefaults__, "config_dir": conf})
+    _use_conf(conf, monkeypatch)
     assert missing_decoder_configs(name) == []
     precheck([f"experiment={name}"])
     params = _sweeper_params(name, conf)
