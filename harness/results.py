@@ -8,6 +8,7 @@ Rows are never rewritten: an interrupted run keeps every row already written. Re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -134,7 +135,10 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
     return info
 
 
+@functools.lru_cache(maxsize=1)
 def _cpuinfo() -> dict[str, Any]:
+    """This machine's :func:`parse_cpuinfo`, read once per process (environment() and device_name() ask for it
+    several times at start-up)."""
     try:
         return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:

@@ -302,9 +302,9 @@ class Runner:
         adopted = self.resume_state.run_id if self.resume_state else None
         self.run_id = identity.get("run_id") or adopted or uuid.uuid4().hex[:12]
         self._write_meta(config, environment, meta)
-        self.half_precision_note = emulated_half_note(dict(environment or {}))
-        if self.half_precision_note:  # said before anything is measured; the summary's warnings say it again
-            log.warning("%s", self.half_precision_note)
+        half_precision_note = emulated_half_note(dict(environment or {}))
+        if half_precision_note:  # said before anything is measured; the summary's warnings say it again
+            log.warning("%s", half_precision_note)
 
     # ------------------------------------------------------------------------------------ identity
     def _data_identity(self) -> dict[str, Any]:

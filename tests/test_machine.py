@@ -3,12 +3,11 @@ half-precision run on a CPU that emulates it says so (in the log, every row, the
 
 import json
 
+import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
-from harness.app import main_job
 from harness.results import cpu_isa, device_name, emulated_half_note, native_half_precision, parse_cpuinfo
-from tests.test_runner import CONF
+from tests.test_runner import _rows, _run
 
 # Two machines sold as "AMD EPYC": Zen 3 (AVX2 only) and Zen 4 (AVX-512 with bf16 dot products).
 ZEN3 = """processor\t: 0
@@ -60,12 +59,8 @@ def test_bf16_run_on_a_cpu_without_bf16_units_is_flagged(tmp_path, monkeypatch, 
     from harness import metrics
 
     monkeypatch.setattr(harness.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "model=tiny-random", "model.dtype=bfloat16", "task.limit=1", "runner.max_new_tokens=4",
-            "runner.warmup_tokens=2", "decoder=[vanilla,speculative]", f"+output_dir={tmp_path}"])
-    main_job(cfg)
-    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    _run(tmp_path, "model.dtype=bfloat16", "decoder=[vanilla,speculative]")
+    rows = _rows(tmp_path)
     assert {r["native_half_precision"] for r in rows} == {not warned}
     assert {r["cpu_isa"] for r in rows} == {cpu_isa(parse_cpuinfo(cpuinfo)["flags"])}
     summary = (tmp_path / "summary.md").read_text()
@@ -73,5 +68,5 @@ def test_bf16_run_on_a_cpu_without_bf16_units_is_flagged(tmp_path, monkeypatch, 
     assert ("torch emulates it" in summary) is warned
     assert ("torch emulates it" in log_text) is warned
     # the report and the gate read rows through the same aggregation: the warning travels with the rows
-    agg = metrics.aggregate(metrics.prepare(__import__("pandas").DataFrame(rows)))
+    agg = metrics.aggregate(metrics.prepare(pd.DataFrame(rows)))
     assert any("torch emulates it" in w for w in metrics.run_warnings(agg)) is warned
