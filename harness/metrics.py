@@ -32,10 +32,20 @@ Definitions (stated once, used everywhere):
 * Intervals of speed figures: percentile bootstrap (default 95 %, 2000 resamples, seeded) that resamples
   samples and, within each drawn sample, its observations (repeats, turns, seeds, several runs of the same
   identity). ``*_low`` / ``*_high`` are its bounds, ``*_std`` the bootstrap standard error.
-* Counts: ``samples`` = distinct samples; ``rows`` = ok rows (samples x turns x repeats x runs);
-  ``repeats`` = distinct ``repeat`` values; ``seeds`` = distinct sampling seeds (0 for greedy rows);
-  ``replicates`` = how many times each sample was measured (``(run_id, repeat)`` pairs, the fewest over
-  samples: shards of one run cover different samples and do not add replicates).
+* Which rows a figure stands on (:mod:`harness.coverage`): every figure of a cell -- tokens/s included --
+  is computed over its *figure rows*, the ``ok`` rows paired with an ``ok`` vanilla row of the same run,
+  sample, turn and repeat (every ``ok`` row in a group without vanilla rows). Unpaired rows, failed and
+  skipped cells are counted and named in a warning, never in a figure; configurations of one group that cover
+  different samples are named in a warning; a cell measured twice (duplicate rows) is counted once, with a
+  warning.
+* Counts: ``group_samples`` = distinct samples of the group (any decoder, any status); ``samples`` = distinct
+  samples with an ok row of the cell; ``paired_samples`` = distinct samples of its figure rows (what its
+  figures are over); ``unpaired`` = ok rows left out for want of a vanilla pair; ``failed`` = rows without a
+  measurement (errors and skips), ``failed_statuses`` the same by status (``2 error, 1 prompt_too_long``);
+  ``rows`` = figure rows (samples x turns x repeats x runs); ``repeats`` = distinct ``repeat`` values;
+  ``seeds`` = distinct sampling seeds (0 for greedy rows); ``replicates`` = how many times each sample was
+  measured (``(run_id, repeat)`` pairs, the fewest over samples: shards of one run cover different samples and
+  do not add replicates).
 * Run-to-run noise: the standard deviation of a cell's figure over *replicates* that cover the same
   samples -- what the regression gate's speed margin is built from.
 
@@ -64,6 +74,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from harness import coverage
 from harness.results import emulated_half_note
 
 log = logging.getLogger(__name__)
@@ -108,7 +119,8 @@ SUMMARY_ID_COLUMNS = ["task", "task_version", "model", "target_model", "draft_mo
                       "git_commit", "max_new_tokens", "temperature", "top_p", "top_k", "run_identity", "group",
                       "label", "decoder", "decoder_params"]
 SUMMARY_COLUMNS = [
-    "samples", "rows", "repeats", "seeds", "replicates", "failed", "tokens_per_s", "tokens_per_s_low",
+    "group_samples", "samples", "paired_samples", "unpaired", "failed", "failed_statuses", "rows", "repeats",
+    "seeds", "replicates", "tokens_per_s", "tokens_per_s_low",
     "tokens_per_s_high", "tokens_per_s_total", "speedup", "speedup_low", "speedup_high", "speedup_total",
     "speedup_total_low", "speedup_total_high", "decode_tokens_per_s", "decode_speedup", "decode_speedup_low",
     "decode_speedup_high", "ttft_s", "prefill_share", "accept_length", "accept_length_low",
@@ -118,10 +130,10 @@ SUMMARY_COLUMNS = [
 ]
 #: Columns of ``summary.md`` (the CSV has them all): the label, the headline numbers and their intervals
 #: (``x``, ``x_low``, ``x_high`` print as one ``x [low, high]`` cell).
-SUMMARY_MD_COLUMNS = ["group", "label", "samples", "rows", "repeats", "seeds", "tokens_per_s", "speedup",
-                      "speedup_total", "decode_speedup", "ttft_s", "prefill_share", "accept_length",
-                      "acceptance_rate", "target_tokens_fed_per_step", "draft_forwards_per_step", "equal_to_vanilla",
-                      "paired_across_processes", "load_max"]
+SUMMARY_MD_COLUMNS = ["group", "label", "samples", "paired_samples", "unpaired", "failed", "rows", "repeats", "seeds",
+                      "tokens_per_s", "speedup", "speedup_total", "decode_speedup", "ttft_s", "prefill_share",
+                      "accept_length", "acceptance_rate", "target_tokens_fed_per_step", "draft_forwards_per_step",
+                      "equal_to_vanilla", "paired_across_processes", "load_max"]
 #: Figures of ``summary.md`` printed with their interval (``x [low, high]``), besides the quality columns.
 MD_INTERVALS = ("speedup", "decode_speedup")
 #: The legend under the summary's table (and the report's definitions).
@@ -131,7 +143,10 @@ SUMMARY_LEGEND = (
     "mean seconds to the first new token; prefill_share = mean ttft_s / wall_time_s; accept_length = new tokens "
     "/ target forwards (prefill included); equal_to_vanilla = share of greedy rows equal to vanilla (n/a for "
     "sampled rows); [low, high] = 95% bootstrap interval over samples and repeats (quality: t-interval over "
-    "seeds); samples = distinct samples, rows = measured rows, replicates = measurements per sample")
+    "seeds); samples = distinct samples measured (ok rows), paired_samples = samples every figure of the row is "
+    "computed over (ok rows paired with an ok vanilla row of the same sample, turn and repeat; tok/s too), "
+    "unpaired = ok rows left out for want of that pair, failed = cells without a measurement (errors, skips; "
+    "by status), rows = figure rows, replicates = measurements per sample")
 #: Counters that are deterministic for a given code, model, data, seeds and float32 (the gate checks them
 #: exactly).
 COUNTER_COLUMNS = ("new_tokens", "num_steps", "draft_forwards", "num_drafted", "num_accepted")
@@ -390,10 +405,11 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         ``rows`` (status ``ok`` only) with ``vanilla_tokens_per_s``, ``vanilla_wall_time_s``,
-        ``vanilla_new_tokens``, ``speedup`` (NaN where vanilla has no row), ``decode_speedup`` (the paired
-        ratio of ``decode_tokens_per_s``; NaN where either side has none) and ``cross_process`` (the row is
+        ``vanilla_new_tokens``, ``speedup`` (NaN where vanilla has no ok row), ``decode_speedup`` (the paired
+        ratio of ``decode_tokens_per_s``; NaN where either side has none), ``cross_process`` (the row is
         paired with a vanilla row written by another process: the row says so, or the two ``attempt_id``
-        differ).
+        differ), ``in_figures`` (the row is a figure row: paired, or in a group without vanilla rows) and
+        ``vanilla_status`` (:func:`harness.coverage.mark_pairs`).
     """
     ok = _ok(rows).copy()
     keys = [k for k in PAIR_KEYS if k in ok.columns]
@@ -403,7 +419,7 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
         "tokens_per_s": "vanilla_tokens_per_s", "wall_time_s": "vanilla_wall_time_s",
         "new_tokens": "vanilla_new_tokens", "decode_tokens_per_s": "vanilla_decode_tokens_per_s",
         "attempt_id": "vanilla_attempt_id"})
-    merged = ok.merge(vanilla, on=keys, how="left")
+    merged = coverage.mark_pairs(ok.merge(vanilla, on=keys, how="left", indicator="_vanilla"), rows, keys)
     merged["speedup"] = num(merged["tokens_per_s"]) / num(merged["vanilla_tokens_per_s"])
     if "decode_tokens_per_s" in merged:
         merged["decode_speedup"] = num(merged["decode_tokens_per_s"]) / num(merged["vanilla_decode_tokens_per_s"])
@@ -417,6 +433,16 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
         cross |= both & (merged["attempt_id"].astype(str) != merged["vanilla_attempt_id"].astype(str))
     merged["cross_process"] = cross & (merged["decoder"] != "vanilla")
     return merged
+
+
+def figure_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``ok`` rows every figure is computed over (:mod:`harness.coverage`): paired with an ``ok`` vanilla row
+    (all ``ok`` rows in a group without vanilla rows). Rows without the columns pairing needs are taken as they
+    are (their ``ok`` rows)."""
+    if not {"decoder", "tokens_per_s", "wall_time_s", "new_tokens"} <= set(rows.columns):
+        return _ok(rows)
+    merged = paired_speedups(rows)
+    return merged[merged["in_figures"]]
 
 
 # ------------------------------------------------------------------------------------------------ bootstrap
@@ -700,6 +726,11 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
               by: Sequence[str] = (), disagree_rel: float = 0.10, load_margin: float = LOAD_MARGIN) -> pd.DataFrame:
     """One row per (group, extra keys ``by``, decoder configuration) with every reported number.
 
+    Every figure of a cell is computed over its *figure rows* (:mod:`harness.coverage`): its ``ok`` rows paired
+    with an ``ok`` vanilla row of the same run, sample, turn and repeat (all ``ok`` rows in a group without
+    vanilla rows); unpaired rows, failed and skipped cells are counted and named in the warnings, never in a
+    figure; duplicate cells are counted once, with a warning.
+
     Args:
         rows: result rows (any of :func:`prepare`'s columns may be missing; they are added).
         quality: the task's quality columns; None = :func:`quality_columns` of the rows.
@@ -714,7 +745,9 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
 
     Returns:
         Columns: group, the identity fields, run_identity (the distinct values, comma-joined), ``by``, label,
-        decoder, decoder_params, the hyper-parameters, samples, rows, repeats, seeds, replicates, failed,
+        decoder, decoder_params, the hyper-parameters, the coverage columns
+        (:data:`harness.coverage.COVERAGE_COLUMNS`: group_samples, samples, paired_samples, unpaired, failed,
+        failed_statuses), rows (figure rows), repeats, seeds, replicates,
         tokens_per_s[_low/_high/_std], tokens_per_s_total, speedup[_low/_high/_std],
         speedup_total[_low/_high], decode_tokens_per_s, decode_speedup[_low/_high/_std], ttft_s,
         prefill_share, accept_length[_low/_high], acceptance_rate, target_tokens_fed_per_step,
@@ -727,95 +760,119 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
     """
     if rows.empty:
         return pd.DataFrame()
-    rows = prepare(rows, pool)
+    rows, duplicates = coverage.collapse_duplicates(prepare(rows, pool))
     quality = _find_quality(rows, quality)
     params = decoder_param_columns(rows)
-    ident = [f for f in RUN_IDENTITY_FIELDS if f in rows]
     keys = ["group", *by, "label"]
     merged = paired_speedups(rows)
-    paired = {k: g for k, g in merged.groupby(keys, sort=False, dropna=False)}
-    load_warnings = {grp: _load_warning(str(grp), _ok(g), load_margin) for grp, g in rows.groupby("group", sort=False)}
-    half_warnings = {grp: _emulated_half_warning(str(grp), g) for grp, g in rows.groupby("group", sort=False)}
+    figures = merged[merged["in_figures"]]
+    paired = {k: g for k, g in figures.groupby(keys, sort=False, dropna=False)}
+    unpaired = {k: g for k, g in merged[~merged["in_figures"]].groupby(keys, sort=False, dropna=False)}
+    groups = coverage.group_coverage(rows, figures, keys[:-1])
+    notes = {grp: [_load_warning(str(grp), _ok(g), load_margin), _emulated_half_warning(str(grp), g)]
+             for grp, g in rows.groupby("group", sort=False)}
     out = []
     for key, all_g in rows.groupby(keys, sort=False, dropna=False):
         g = paired.get(key, merged.iloc[0:0])
-        first = all_g.iloc[0]
-        rec: dict[str, Any] = dict(zip(keys, key))
-        for f in ident:
-            vals = {norm(v) for v in all_g[f]}
-            rec[f] = norm(first[f]) if len(vals) == 1 else ", ".join(sorted(map(fmt_value, vals)))
-        if "run_identity" in all_g:
-            rec["run_identity"] = ", ".join(dict.fromkeys(str(v) for v in all_g["run_identity"].dropna()))
-        rec["model_pair"] = first["model_pair"]
-        rec["decoder"] = first["decoder"]
-        rec["decoder_params"] = first["decoder_params"]
-        p = _params(first["decoder_params"])
-        for k in params:
-            rec[k] = norm(p.get(k))
-        rec["failed"] = int((all_g["status"] != "ok").sum())
-        rec["samples"] = int(g[["task", "sample_id"]].drop_duplicates().shape[0]) if len(g) else 0
+        rec = _cell_identity(dict(zip(keys, key)), all_g, params)
+        rec["group_samples"], group_warnings = groups[tuple(key[:-1])]
+        cov, warnings = coverage.cell_coverage(all_g, g, unpaired.get(key))
+        rec.update(cov)
+        warnings = [*duplicates, *group_warnings, *warnings]
         rec["rows"] = len(g)
         rec["repeats"] = int(g["repeat"].nunique()) if len(g) else 0
         rec["seeds"] = int(g["sampling_seed"].map(norm).dropna().nunique()) if "sampling_seed" in g else 0
-        warnings: list[str] = []
-        if g.empty:
-            rec["warnings"] = warnings
-            out.append(rec)
-            continue
-        rec.update(_cell_stats(g, n_boot, level, seed, disagree_rel, warnings))
-        drafted = num(g["num_drafted"]).sum() if "num_drafted" in g else 0.0
-        decode_steps = (num(g["num_steps"]) - 1).clip(lower=0).sum()
-        alpha = num(g["num_accepted"]).sum() / drafted if drafted else math.nan
-        gamma = num(pd.Series([p.get("gamma")])).iloc[0]
-        if pd.isna(gamma):
-            gamma = drafted / decode_steps if drafted and decode_steps else math.nan
-        chain = "gamma" in p or (num(g["draft_forwards"]).sum() > 0 if "draft_forwards" in g else False)
-        c, c_src = cost_ratio_of(g, cost_ratio) if drafted and chain else (math.nan, "n/a (no chain draft)")
-        rec.update({
-            "acceptance_rate": alpha,
-            "target_tokens_fed_per_step": num(g["target_tokens_fed_per_step"]).mean()
-            if "target_tokens_fed_per_step" in g else math.nan,
-            "draft_forwards_per_step": num(g["draft_forwards_per_step"]).mean()
-            if "draft_forwards_per_step" in g else math.nan,
-            **_equality(g),
-            **_prefill(g),
-            "gamma_used": gamma,
-            "cost_ratio": c,
-            "cost_ratio_source": c_src,
-            "theory_accept_length": expected_accept_length(alpha, gamma) if drafted and chain else math.nan,
-            "theory_speedup": theory_speedup(alpha, gamma, c) if drafted and chain else math.nan,
-        })
-        rec["efficiency"] = rec["speedup"] / rec["accept_length"] if rec["accept_length"] else math.nan
-        for q in quality:
-            # a cell with no value at all is another task's column (a mixed report) or unscored: blank, not a
-            # number; a cell scored in part (scoring failed on some rows) says so
-            missing = int(num(g[q]).isna().sum())
-            failed = int(g["score_error"].notna().sum()) if "score_error" in g else 0
-            if missing and (missing < len(g) or failed):
-                warnings.append(f"{rec['label']} ({rec['group']}): {q} is missing in {missing} of {len(g)} rows "
-                                f"({failed} with score_error): its mean covers the other rows only")
-            if rec["seeds"] >= 2:
-                si = seed_interval(g, q, level)
-                rec[q], rec[f"{q}_low"], rec[f"{q}_high"], rec[f"{q}_seed_std"] = (si["mean"], si["low"],
-                                                                                  si["high"], si["seed_std"])
-            else:
-                rec[q] = num(g[q]).mean()
-        rec["speedup_repeat_std"], rec["replicates"] = replicate_noise(g, "speedup")
-        rec["tokens_per_s_repeat_std"], _ = replicate_noise(g, "tokens_per_s")
-        rec["paired_across_processes"] = int(g["cross_process"].sum())
-        if rec["paired_across_processes"]:
-            warnings.append(f"{rec['label']} ({rec['group']}): {rec['paired_across_processes']} of {len(g)} rows "
-                            "are paired with a vanilla row measured in another process (a resumed run; column "
-                            "paired_across_processes): their speedups compare timings of two processes")
-        rec["load_max"], rec["rows_over_load"], rec["usable_cores"] = load_stats(_ok(all_g), load_margin)
-        if rec["rows_over_load"] and load_warnings.get(key[0]):
-            warnings.append(load_warnings[key[0]])
-        if half_warnings.get(key[0]):
-            warnings.append(half_warnings[key[0]])
+        if len(g):
+            rec.update(_cell_stats(g, n_boot, level, seed, disagree_rel, warnings))
+            rec.update(_cell_theory(g, rec, cost_ratio))
+            rec.update(_cell_quality(g, rec, quality, level, warnings))
+            rec["speedup_repeat_std"], rec["replicates"] = replicate_noise(g, "speedup")
+            rec["tokens_per_s_repeat_std"], _ = replicate_noise(g, "tokens_per_s")
+            rec["paired_across_processes"] = int(g["cross_process"].sum())
+            if rec["paired_across_processes"]:
+                warnings.append(f"{rec['label']} ({rec['group']}): {rec['paired_across_processes']} of {len(g)} "
+                                "rows are paired with a vanilla row measured in another process (a resumed run; "
+                                "column paired_across_processes): their speedups compare timings of two processes")
+            rec["load_max"], rec["rows_over_load"], rec["usable_cores"] = load_stats(_ok(all_g), load_margin)
+            load_note, half_note = notes[key[0]]
+            warnings += [w for w in (load_note if rec["rows_over_load"] else None, half_note) if w]
         rec["warnings"] = warnings
         out.append(rec)
-    agg = _order(pd.DataFrame(out))
-    for k in params:  # integral hyper-parameters stay integers (gamma=4, not 4.0)
+    return _int_params(_order(pd.DataFrame(out)), params)
+
+
+def _cell_identity(rec: dict[str, Any], all_g: pd.DataFrame, params: Sequence[str]) -> dict[str, Any]:
+    """The identity columns of one cell (its keys ``rec`` plus identity fields, model pair, decoder and its
+    hyper-parameters)."""
+    first = all_g.iloc[0]
+    for f in (f for f in RUN_IDENTITY_FIELDS if f in all_g):
+        vals = {norm(v) for v in all_g[f]}
+        rec[f] = norm(first[f]) if len(vals) == 1 else ", ".join(sorted(map(fmt_value, vals)))
+    if "run_identity" in all_g:
+        rec["run_identity"] = ", ".join(dict.fromkeys(str(v) for v in all_g["run_identity"].dropna()))
+    rec["model_pair"] = first["model_pair"]
+    rec["decoder"] = first["decoder"]
+    rec["decoder_params"] = first["decoder_params"]
+    p = _params(first["decoder_params"])
+    for k in params:
+        rec[k] = norm(p.get(k))
+    return rec
+
+
+def _cell_theory(g: pd.DataFrame, rec: Mapping[str, Any], cost_ratio: float | None) -> dict[str, Any]:
+    """Acceptance, per-step counts, equality, prefill and the theory columns of one cell's figure rows."""
+    p = _params(rec["decoder_params"])
+    drafted = num(g["num_drafted"]).sum() if "num_drafted" in g else 0.0
+    decode_steps = (num(g["num_steps"]) - 1).clip(lower=0).sum()
+    alpha = num(g["num_accepted"]).sum() / drafted if drafted else math.nan
+    gamma = num(pd.Series([p.get("gamma")])).iloc[0]
+    if pd.isna(gamma):
+        gamma = drafted / decode_steps if drafted and decode_steps else math.nan
+    chain = "gamma" in p or (num(g["draft_forwards"]).sum() > 0 if "draft_forwards" in g else False)
+    c, c_src = cost_ratio_of(g, cost_ratio) if drafted and chain else (math.nan, "n/a (no chain draft)")
+    out = {
+        "acceptance_rate": alpha,
+        "target_tokens_fed_per_step": num(g["target_tokens_fed_per_step"]).mean()
+        if "target_tokens_fed_per_step" in g else math.nan,
+        "draft_forwards_per_step": num(g["draft_forwards_per_step"]).mean()
+        if "draft_forwards_per_step" in g else math.nan,
+        **_equality(g),
+        **_prefill(g),
+        "gamma_used": gamma,
+        "cost_ratio": c,
+        "cost_ratio_source": c_src,
+        "theory_accept_length": expected_accept_length(alpha, gamma) if drafted and chain else math.nan,
+        "theory_speedup": theory_speedup(alpha, gamma, c) if drafted and chain else math.nan,
+    }
+    out["efficiency"] = rec["speedup"] / rec["accept_length"] if rec["accept_length"] else math.nan
+    return out
+
+
+def _cell_quality(g: pd.DataFrame, rec: Mapping[str, Any], quality: Sequence[str], level: float,
+                  warnings: list[str]) -> dict[str, Any]:
+    """The quality means of one cell's figure rows (over seeds: with a t-interval); a cell scored in part says
+    so in ``warnings``."""
+    out: dict[str, Any] = {}
+    for q in quality:
+        # a cell with no value at all is another task's column (a mixed report) or unscored: blank, not a
+        # number; a cell scored in part (scoring failed on some rows) says so
+        missing = int(num(g[q]).isna().sum())
+        failed = int(g["score_error"].notna().sum()) if "score_error" in g else 0
+        if missing and (missing < len(g) or failed):
+            warnings.append(f"{rec['label']} ({rec['group']}): {q} is missing in {missing} of {len(g)} rows "
+                            f"({failed} with score_error): its mean covers the other rows only")
+        if rec["seeds"] >= 2:
+            si = seed_interval(g, q, level)
+            out[q], out[f"{q}_low"], out[f"{q}_high"], out[f"{q}_seed_std"] = (si["mean"], si["low"], si["high"],
+                                                                              si["seed_std"])
+        else:
+            out[q] = num(g[q]).mean()
+    return out
+
+
+def _int_params(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
+    """Integral hyper-parameters stay integers (gamma=4, not 4.0)."""
+    for k in params:
         vals = agg[k].dropna()
         if len(vals) and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
                              and float(v).is_integer() for v in vals):
@@ -977,18 +1034,26 @@ def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.
         return c not in df or num(df[c]).isna().all()
 
     columns = [c for c in SUMMARY_MD_COLUMNS if c in df] + [q for q in quality if q in df]
+    intervals: list[str] = []  # columns printed as text but aligned as numbers
     drop = {"group"} if "group" in df and df["group"].nunique() <= 1 else set()
     if "repeats" in df and (num(df["repeats"]).fillna(1) <= 1).all():
         drop.add("repeats")
     if {"rows", "samples"} <= set(df.columns) and (num(df["rows"]) == num(df["samples"])).all():
         drop.add("rows")
+    if {"paired_samples", "samples"} <= set(df.columns) and (num(df["paired_samples"]) == num(df["samples"])).all():
+        drop.add("paired_samples")
+    if "unpaired" in df and (num(df["unpaired"]).fillna(0) == 0).all():
+        drop.add("unpaired")
+    if "failed" in df and "failed_statuses" in df:  # how many and why: "2 error, 1 prompt_too_long"
+        df["failed"] = [s if isinstance(s, str) and s else _md_cell(n, "g") for n, s in
+                        zip(df["failed"], df["failed_statuses"])]
+        intervals.append("failed")
     if "seeds" in df and (num(df["seeds"]).fillna(0) <= 1).all():
         drop.add("seeds")
     if "paired_across_processes" in df and (num(df["paired_across_processes"]).fillna(0) == 0).all():
         drop.add("paired_across_processes")
     drop |= {c for c in ("decode_speedup", "ttft_s", "prefill_share", "load_max") if blank(c)}
     columns = [c for c in columns if c not in drop]
-    intervals = []
     for c in columns:
         if (c in MD_INTERVALS or c in quality) and f"{c}_low" in df and num(df[f"{c}_low"]).notna().any():
             df[c] = [_md_cell(v, floatfmt) + ("" if pd.isna(lo) else f" [{lo:{floatfmt}}, {hi:{floatfmt}}]")
@@ -1018,40 +1083,57 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame, n_boot: int = 2000,
     """Side-by-side comparison of two runs, per (task, model pair, decoder configuration).
 
     For tokens/s, speedup and accept length: the figure in A, in B, the ratio B / A and a bootstrap interval
-    for the ratio. Where both runs hold the same samples the bootstrap is paired by sample (one draw of
-    samples serves both runs); otherwise A and B are resampled independently (``paired`` says which).
+    for the ratio. Each side's figures are over its figure rows (:mod:`harness.coverage`: ok rows paired with
+    the same run's vanilla) on the samples *both* sides cover, and the bootstrap is paired by sample (one draw
+    of samples serves both runs). ``samples_a`` / ``samples_b`` are the samples each side covers,
+    ``common_samples`` those compared; ``note`` says when they differ, and what each side lost (failed or
+    skipped cells, unpaired rows: ``failed_a``, ``unpaired_a``, ...). ``attrs["warnings"]``: duplicate cells
+    collapsed on either side.
 
     Raises:
         ValueError: a side holds several run identities for one cell (compare one run with one run).
     """
     out = []
-    a, b = prepare(rows_a), prepare(rows_b)
-    a["label"], b["label"] = config_labels(a), config_labels(b)
-    sides = {}
-    for name, rows in (("A", a), ("B", b)):
+    sides: dict[str, dict] = {}
+    counts: dict[str, dict] = {}
+    warnings: list[str] = []
+    for name, rows in (("A", rows_a), ("B", rows_b)):
+        rows, dup = coverage.collapse_duplicates(prepare(rows))
+        warnings += [f"run {name}: {w}" for w in dup]
+        rows["label"] = config_labels(rows)
+        rows["_cell"] = list(zip(rows["task"].astype(str), rows["model_pair"], rows["label"]))
         m = paired_speedups(rows)
-        m["_cell"] = list(zip(m["task"].astype(str), m["model_pair"], m["label"]))
         for cell, g in m.groupby("_cell", sort=False):
             if g["group"].nunique() > 1:
                 raise ValueError(f"run {name} holds several run identities for {' | '.join(cell)}: "
                                  f"{sorted(g['group'].unique())}; compare one run identity per side")
-        sides[name] = m
-    cells = list(dict.fromkeys(list(sides["A"]["_cell"]) + list(sides["B"]["_cell"])))
-    for cell in cells:
-        ga = sides["A"][sides["A"]["_cell"] == cell]
-        gb = sides["B"][sides["B"]["_cell"] == cell]
+        sides[name] = {c: g for c, g in m[m["in_figures"]].groupby("_cell", sort=False)}
+        left = {c: g for c, g in m[~m["in_figures"]].groupby("_cell", sort=False)}
+        counts[name] = {cell: {**coverage.cell_coverage(g, sides[name].get(cell, m.iloc[0:0]), left.get(cell))[0],
+                               "decoder": g["decoder"].iloc[0]} for cell, g in rows.groupby("_cell", sort=False)}
+        empty = m.iloc[0:0]
+    for cell in dict.fromkeys([*counts["A"], *counts["B"]]):
+        ga, gb = sides["A"].get(cell, empty), sides["B"].get(cell, empty)
+        ca, cb = counts["A"].get(cell, {}), counts["B"].get(cell, {})
         rec: dict[str, Any] = {"task": cell[0], "model_pair": cell[1], "label": cell[2],
-                               "decoder": (ga if len(ga) else gb)["decoder"].iloc[0],
-                               "samples_a": ga["sample_id"].nunique(), "samples_b": gb["sample_id"].nunique()}
-        if ga.empty or gb.empty:
-            rec["note"] = "only in " + ("B" if ga.empty else "A")
-            out.append(rec)
-            continue
-        sa, sb = set(ga["sample_id"].astype(str)), set(gb["sample_id"].astype(str))
-        rec["paired"] = sa == sb
-        rec.update(_compare_cell(ga, gb, rec["paired"], n_boot, level, seed))
+                               "decoder": (ca or cb)["decoder"],
+                               **{f"{k}_{s}": c.get(k, 0) for s, c in (("a", ca), ("b", cb))
+                                  for k in ("failed", "unpaired")}}
+        ga, gb, info = coverage.on_common_samples(ga, gb)
+        rec.update({k: v for k, v in info.items() if k != "coverage_note"})
+        notes = [info["coverage_note"], coverage.side_note("A", ca), coverage.side_note("B", cb)]
+        if not ca or not cb:
+            notes = ["only in " + ("B" if not ca else "A")]
+        elif not info["common_samples"]:
+            notes.insert(0, "no sample measured on both sides")
+        rec["note"] = "; ".join(n for n in notes if n)
+        rec["paired"] = bool(info["common_samples"])
+        if rec["paired"]:
+            rec.update(_compare_cell(ga, gb, n_boot, level, seed))
         out.append(rec)
-    return pd.DataFrame(out)
+    cmp = pd.DataFrame(out)
+    cmp.attrs["warnings"] = warnings
+    return cmp
 
 
 def _side_draws(g: pd.DataFrame, weights: np.ndarray) -> dict[str, np.ndarray]:
@@ -1064,20 +1146,16 @@ def _side_draws(g: pd.DataFrame, weights: np.ndarray) -> dict[str, np.ndarray]:
                 "accept_length": (weights @ x["new_tokens"]) / (weights @ x["num_steps"])}
 
 
-def _compare_cell(ga: pd.DataFrame, gb: pd.DataFrame, paired: bool, n_boot: int, level: float,
-                  seed: int) -> dict[str, Any]:
+def _compare_cell(ga: pd.DataFrame, gb: pd.DataFrame, n_boot: int, level: float, seed: int) -> dict[str, Any]:
+    """Figures of both sides (on the same samples) and the paired bootstrap of their ratios."""
     rec: dict[str, Any] = {}
     pa = _side_draws(ga, np.ones((1, len(ga))))
     pb = _side_draws(gb, np.ones((1, len(gb))))
-    if paired:
-        # one draw of samples for both sides; within a drawn sample each side resamples its own observations
-        samples = sorted(set(ga["sample_id"].astype(str)))
-        rng = np.random.default_rng(seed)
-        counts = rng.multinomial(len(samples), np.full(len(samples), 1.0 / len(samples)), size=n_boot)
-        wa, wb = (_weights_from_counts(g, samples, counts, rng) for g in (ga, gb))
-    else:
-        wa = bootstrap_weights(ga["sample_id"].astype(str).tolist(), n_boot, seed)
-        wb = bootstrap_weights(gb["sample_id"].astype(str).tolist(), n_boot, seed + 1)
+    # one draw of samples for both sides; within a drawn sample each side resamples its own observations
+    samples = sorted(set(ga["sample_id"].astype(str)))
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(len(samples), np.full(len(samples), 1.0 / len(samples)), size=n_boot)
+    wa, wb = (_weights_from_counts(g, samples, counts, rng) for g in (ga, gb))
     da, db = _side_draws(ga, wa), _side_draws(gb, wb)
     for k in ("tokens_per_s", "speedup", "accept_length"):
         a, b = float(pa[k][0]), float(pb[k][0])
@@ -1117,7 +1195,7 @@ def acceptance_per_position(rows: pd.DataFrame) -> pd.DataFrame:
     """
     cols = ["group", "label", "position", "drafted", "accepted", "rate", "conditional"]
     out = []
-    ok = _ok(rows)
+    ok = figure_rows(rows)
     if "accepted_per_step" not in ok or "drafted_per_step" not in ok:
         return pd.DataFrame(columns=cols)
     if "group" not in ok:
@@ -1153,7 +1231,7 @@ def time_breakdown(rows: pd.DataFrame) -> pd.DataFrame:
     token; with draft 0.3 s and verify 0.6 s (prefill included) -> prefill 20, draft 30, verify 40, other 10.
     """
     cols = ["group", "label", "prefill_ms", "draft_ms", "verify_ms", "decode_ms", "other_ms"]
-    ok = _ok(rows)
+    ok = figure_rows(rows)
     timers = {"draft_time_s", "verify_time_s"} <= set(ok.columns)
     if not timers and "ttft_s" not in ok:
         return pd.DataFrame(columns=cols)

@@ -15,14 +15,22 @@ decoder list and the seed; :data:`harness.metrics.RUN_IDENTITY_FIELDS`) are repo
 by what differs. Shards of one run, the jobs of a decoder sweep and runs that differ only in ``runner.seed``
 are one group. ``--pool`` pools groups anyway (only task and model pair separate groups) and says so loudly.
 
+Every cell is accounted for (:mod:`harness.coverage`): each table says per decoder how many samples its
+figures are over (``3/5``: 3 of the run group's 5), how many cells failed or were skipped (by status; the
+reasons are in ``report.md``'s warnings) and how many ok rows had no vanilla row to pair with; every figure
+of a decoder -- tokens/s included -- is computed over its rows paired with an ok vanilla row of the same
+sample, turn and repeat; decoders of one group that cover different samples, and folders that hold copies of
+one run's cells (counted once), are named in the warnings.
+
 Writes to ``--out`` (default ``<first RUN>/report``):
 
-* ``main.{md,tex,csv}``: decoders as rows, metrics as columns -- tokens/s, speedup vs vanilla with its 95 %
-  bootstrap interval, accept length tau, acceptance rate alpha, equality with vanilla (``n/a`` for sampled
-  runs), then, when rows record the runner's stopwatch, decode-only speedup with its interval, mean time to
-  first token and the prefill share, and the task's quality columns (pass@1, accuracy, ROUGE; over several
-  seeds: mean with a t-interval over seeds). One block of rows per run group. LaTeX through pandas' Styler
-  (booktabs rules, numbers right-aligned).
+* ``main.{md,tex,csv}``: decoders as rows, metrics as columns -- the samples, tokens/s, speedup vs vanilla
+  with its 95 % bootstrap interval, accept length tau, acceptance rate alpha, equality with vanilla (``n/a``
+  for sampled runs), then, when rows record the runner's stopwatch, decode-only speedup with its interval,
+  mean time to first token and the prefill share, the task's quality columns (pass@1, accuracy, ROUGE; over
+  several seeds: mean with a t-interval over seeds), and the failed/skipped cells and unpaired rows when
+  there are any. One block of rows per run group. LaTeX through pandas' Styler (booktabs rules, numbers
+  right-aligned).
 * ``category.{md,tex,csv}`` (rows with ``subtask`` / ``category``: Spec-Bench, MT-Bench): speedup per
   category, decoders as rows.
 * ``theory.{md,tex,csv}``: Leviathan et al. 2023 eq. 1 predictions beside the measurement (see
@@ -31,7 +39,8 @@ Writes to ``--out`` (default ``<first RUN>/report``):
 * ``figures/`` with ``--plots``.
 
 ``--compare A B`` writes ``compare.{md,csv}``: per decoder both figures (tokens/s, speedup, tau), their ratio
-B / A and a bootstrap interval for the ratio, paired by sample when both runs hold the same samples.
+B / A and a bootstrap interval for the ratio, on the samples both runs cover (paired by sample); how many,
+and a warning when the runs cover different samples or lost cells.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from harness import metrics
+from harness import coverage, metrics
 from harness.resume import latest_rows
 from harness.results import read_results
 
@@ -80,7 +89,8 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
 
     ``run_id`` becomes a key of (run folder, run identity), so a decoder pairs with the vanilla of its own
     folder and configuration whichever process of a resumed run wrote the rows, and never with another
-    folder's.
+    folder's. Folders that hold the same cells of one run (a run and a copy of it) are one run, each cell
+    counted once (:func:`harness.coverage.fold_copies`); ``attrs["warnings"]`` names each copy.
     """
     frames = []
     for f in find_result_files(paths):
@@ -96,6 +106,7 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
 
 def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
     ident = metrics.identity_fields(rows)
+    rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run
     # one row per cell of one run identity (a retried error row or a resumed process repeats a cell)
     rows = latest_rows(rows, extra_keys=("run_dir", *ident)) if "run_dir" in rows else rows
     key = rows[["run_dir", *ident]].astype(str).agg("|".join, axis=1) if "run_dir" in rows else \
@@ -104,16 +115,19 @@ def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
     for c in ("label", "group"):
         if c in rows:
             rows = rows.drop(columns=c)
-    return metrics.prepare(rows, pool)
+    rows = metrics.prepare(rows, pool)
+    rows.attrs["warnings"] = warnings
+    return rows
 
 
 def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequence[str | Path] = (),
              spec_bench_baseline: str | None = None) -> pd.DataFrame:
     """:func:`load_rows` of ``paths`` plus the rows of Spec-Bench answer files (``spec_bench``), labelled
     together so one report holds both."""
-    frames = []
+    frames, warnings = [], []
     if paths:
         rows = load_rows(paths)
+        warnings = list(rows.attrs.get("warnings", []))
         if not rows.empty:
             frames.append(rows.drop(columns=["label", "group"]))
     if spec_bench:
@@ -122,7 +136,9 @@ def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequen
         frames.append(import_answers(spec_bench, baseline=spec_bench_baseline))
     if not frames:
         return pd.DataFrame()
-    return metrics.prepare(pd.concat(frames, ignore_index=True), pool)
+    rows = metrics.prepare(pd.concat(frames, ignore_index=True), pool)
+    rows.attrs["warnings"] = warnings
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,11 +193,36 @@ def _seeds(agg: pd.DataFrame) -> int:
     return int(metrics.num(agg["seeds"]).max()) if "seeds" in agg and metrics.num(agg["seeds"]).notna().any() else 0
 
 
+def _samples_cell(r: pd.Series) -> str:
+    """The samples a row's figures are over: ``5``, or ``3/5`` when the group has more."""
+    n, total = metrics.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
+    if pd.isna(n):
+        return _fmt(r.get("samples"), "g")
+    return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
+
+
+def coverage_columns(agg: pd.DataFrame) -> dict[str, list[str]]:
+    """The coverage cells of a formatted table (one per row of ``agg``), header -> cells: ``samples`` always
+    (:func:`_samples_cell`), ``failed`` (cells without a measurement, by status) and ``unpaired`` (ok rows
+    without a vanilla pair) when any row has some."""
+    out = {"samples": [_samples_cell(r) for _, r in agg.iterrows()]}
+    if "failed" in agg and metrics.num(agg["failed"]).fillna(0).any():
+        why = agg["failed_statuses"] if "failed_statuses" in agg else agg["failed"]
+        out["failed"] = [str(s) if isinstance(s, str) and s else _fmt(n, "g") if n else "-"
+                         for s, n in zip(why, metrics.num(agg["failed"]).fillna(0))]
+    if "unpaired" in agg and metrics.num(agg["unpaired"]).fillna(0).any():
+        out["unpaired"] = [_fmt(int(v), "g") if v else "-" for v in metrics.num(agg["unpaired"]).fillna(0)]
+    return out
+
+
 def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The paper table: decoders as rows, metrics as columns: tokens/s, end-to-end speedup [95% CI], tau,
-    alpha, equality (``n/a`` for sampled runs), then -- when rows record them -- decode-only speedup [95% CI],
-    mean time to first token (ms) and the prefill share, the sampling seeds when several, and the quality
-    columns (``mean [low, high]`` over seeds when there are several).
+    """The paper table: decoders as rows, metrics as columns: the samples the row's figures are over
+    (``3/5``: 3 of the group's 5), tokens/s, end-to-end speedup [95% CI], tau, alpha, equality (``n/a`` for
+    sampled runs), then -- when rows record them -- decode-only speedup [95% CI], mean time to first token (ms)
+    and the prefill share, the sampling seeds when several, the quality columns (``mean [low, high]`` over
+    seeds when there are several), and -- when any row has some -- the failed or skipped cells by status and
+    the unpaired rows (:func:`coverage_columns`). Every figure is over the row's figure rows
+    (:mod:`harness.coverage`).
 
     Returns:
         ``(numeric, text)``: ``numeric`` is tidy (group, label, each metric with its interval bounds, the
@@ -190,14 +231,16 @@ def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataF
     quality = [q for q in quality if q in agg]
     prefill = has_prefill(agg)
     seeds = _seeds(agg)
-    cols = ["group", "task", "model_pair", "label", "decoder", "samples", "rows", "repeats", "seeds",
-            "temperature", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low",
+    cols = ["group", "task", "model_pair", "label", "decoder", *coverage.COVERAGE_COLUMNS, "rows", "repeats",
+            "seeds", "temperature", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low",
             "speedup_high", "speedup_total", "decode_speedup", "decode_speedup_low", "decode_speedup_high",
             "ttft_s", "prefill_share", "accept_length", "accept_length_low", "accept_length_high",
             "acceptance_rate", "equality_check", "equal_to_vanilla",
             *[c for q in quality for c in (q, f"{q}_low", f"{q}_high", f"{q}_seed_std")]]
     numeric = agg[[c for c in dict.fromkeys(cols) if c in agg]].copy()
     text = pd.DataFrame(index=_index(agg))
+    cover = coverage_columns(agg)
+    text["samples"] = cover.pop("samples")
     text["tok/s"] = [_fmt(v) for v in agg["tokens_per_s"]]
     text["speedup [95% CI]"] = [_interval_cell(r, "speedup") for _, r in agg.iterrows()]
     text["τ"] = [_fmt(v) for v in agg["accept_length"]]
@@ -212,6 +255,8 @@ def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataF
         text["seeds"] = [_fmt(int(v)) if not pd.isna(v) else "-" for v in metrics.num(agg["seeds"])]
     for q in quality:
         text[q] = [_interval_cell(r, q, ".3f") for _, r in agg.iterrows()]
+    for name, cells in cover.items():
+        text[name] = cells
     text.columns.name = "decoder"
     return numeric, text
 
@@ -223,9 +268,11 @@ THEORY_COLUMNS = [("acceptance_rate", "α", ".3f"), ("gamma_used", "γ", ".2f"),
 
 
 def theory_table(agg: pd.DataFrame) -> pd.DataFrame:
-    """Formatted theory-vs-measurement table, decoders that draft as rows."""
+    """Formatted theory-vs-measurement table, decoders that draft as rows (with the samples their figures are
+    over, :func:`_samples_cell`)."""
     sub = agg[agg["acceptance_rate"].notna()] if "acceptance_rate" in agg else agg.iloc[0:0]
     text = pd.DataFrame(index=_index(sub) if len(sub) else pd.Index([]))
+    text["samples"] = [_samples_cell(r) for _, r in sub.iterrows()]
     for col, name, fmt in THEORY_COLUMNS:
         text[name] = [_fmt(v, fmt or ".2f") for v in sub[col]] if col in sub else []
     text.columns.name = "decoder"
@@ -252,13 +299,22 @@ def category_table(rows: pd.DataFrame, **kwargs: Any) -> tuple[pd.DataFrame, pd.
     for i, (grp, lab) in enumerate(keys):
         for c in cats:
             m = per[(per["group"] == grp) & (per["label"] == lab) & (per[col] == c)]
-            text.iloc[i, cats.index(c)] = _fmt(m["speedup"].iloc[0]) if len(m) else "-"
+            text.iloc[i, cats.index(c)] = _category_cell(m.iloc[0]) if len(m) else "-"
         m = overall[(overall["group"] == grp) & (overall["label"] == lab)]
         text.iloc[i, len(cats)] = _fmt(m["speedup"].iloc[0]) if len(m) else "-"
+    for name, cells in coverage_columns(overall).items():  # overall's rows are the table's, in its order
+        text[name] = cells
     text.columns.name = "decoder"
-    keep = ["group", col, "label", "decoder", "samples", "tokens_per_s", "speedup", "speedup_low", "speedup_high",
-            "speedup_total", "accept_length", "acceptance_rate", "equal_to_vanilla"]
+    keep = ["group", col, "label", "decoder", *coverage.COVERAGE_COLUMNS, "tokens_per_s", "speedup", "speedup_low",
+            "speedup_high", "speedup_total", "accept_length", "acceptance_rate", "equal_to_vanilla"]
     return per[[c for c in keep if c in per]], text
+
+
+def _category_cell(r: pd.Series) -> str:
+    """A category's speedup, with ``(k/n)`` when it is over fewer samples than the category has."""
+    n, total = metrics.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
+    short = not pd.isna(n) and not pd.isna(total) and n < total
+    return _fmt(r.get("speedup")) + (f" ({int(n)}/{int(total)})" if short else "")
 
 
 def markdown(text: pd.DataFrame) -> str:
@@ -313,12 +369,31 @@ SEEDS_CAPTION = (" Sampled runs over several seeds (runner.seed): speedups paire
                  "mean over seeds of each seed's mean, [95% Student-t interval over seeds].")
 
 
+COVERAGE_CAPTION = (" samples: the samples a row's figures are computed over (k/n: k of its run group's n); every "
+                    "figure of a decoder, tok/s included, is over its rows paired with an ok vanilla row of the same "
+                    "sample, turn and repeat.")
+FAILED_CAPTION = " failed: cells without a measurement, by status (the reasons are in report.md's warnings)."
+UNPAIRED_CAPTION = " unpaired: ok rows left out of every figure for want of an ok vanilla row to pair with."
+CLEAN_CAPTION = " Every cell was measured and paired with vanilla."
+
+
+def coverage_caption(agg: pd.DataFrame) -> str:
+    """What the coverage columns of :func:`coverage_columns` mean, for the columns shown; or that every cell
+    was measured and paired."""
+    shown = coverage_columns(agg)
+    text = COVERAGE_CAPTION + (FAILED_CAPTION if "failed" in shown else "") + \
+        (UNPAIRED_CAPTION if "unpaired" in shown else "")
+    return text + (CLEAN_CAPTION if len(shown) == 1 else "")
+
+
 def main_caption(agg: pd.DataFrame) -> str:
     """The main table's caption: the definitions of the columns it shows."""
-    return MAIN_CAPTION + (PREFILL_CAPTION if has_prefill(agg) else "") + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
+    return (MAIN_CAPTION + (PREFILL_CAPTION if has_prefill(agg) else "") + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
+            + coverage_caption(agg))
 
 
-CATEGORY_CAPTION = ("Speedup vs vanilla per category (mean of paired per-sample ratios); overall: all samples.")
+CATEGORY_CAPTION = ("Speedup vs vanilla per category (mean of paired per-sample ratios; (k/n): over k of the "
+                    "category's n samples); overall: all samples.")
 THEORY_CAPTION = ("alpha: accepted / drafted tokens. gamma: configured draft length (else drafted tokens per "
                   "step). c: draft / target forward cost (source in 'c from'). Theory: Leviathan et al. 2023 eq. 1, "
                   "E[tau] = (1 - alpha^(gamma+1)) / (1 - alpha), speedup = E[tau] / (gamma c + 1); meaningful "
@@ -332,13 +407,24 @@ def subtitle(agg: pd.DataFrame) -> str:
             return "-"
         return ", ".join(dict.fromkeys(metrics.fmt_value(v) for v in agg[col]))
 
-    sizes = agg.groupby("task", sort=False)["samples"].max() if "task" in agg else pd.Series(dtype=float)
-    tasks = ", ".join(f"{t} ({int(n)} samples)" for t, n in sizes.items())
+    tasks = ", ".join(_task_size(t, g) for t, g in agg.groupby("task", sort=False)) if "task" in agg else ""
     parts = [join("model_pair"), join("dtype"), join("device_name"), tasks]
     temps = metrics.num(agg["temperature"]).dropna() if "temperature" in agg else pd.Series(dtype=float)
     if (temps > 0).any():  # sampled runs say so (greedy is the default and goes unsaid)
         parts.append("temperature " + ", ".join(dict.fromkeys(metrics.fmt_value(t) for t in temps)))
     return " · ".join(parts)
+
+
+def _task_size(task: str, agg: pd.DataFrame) -> str:
+    """``humaneval (5 samples)``; ``(3 of 5 samples)`` when every row's figures are over fewer samples than the
+    task has, ``(3-5 of 5 samples per decoder)`` when the rows differ."""
+    n = metrics.num(agg["paired_samples"] if "paired_samples" in agg else agg["samples"]).dropna()
+    total = metrics.num(agg["group_samples"] if "group_samples" in agg else agg["samples"]).max()
+    lo, hi = (int(n.min()), int(n.max())) if len(n) else (0, 0)
+    total = int(total) if not pd.isna(total) else hi
+    if lo == hi == total:
+        return f"{task} ({total} samples)"
+    return f"{task} ({lo} of {total} samples)" if lo == hi else f"{task} ({lo}-{hi} of {total} samples per decoder)"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -400,10 +486,12 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     if cat is not None:
         csv("category.csv", cat[0])
         put("category.md", markdown(cat[1]) + "\n")
-        put("category.tex", latex(cat[1], CATEGORY_CAPTION, "tab:category"))
-        sections.append("## Speedup per category\n\n" + CATEGORY_CAPTION + "\n\n" + markdown(cat[1]))
+        put("category.tex", latex(cat[1], CATEGORY_CAPTION + coverage_caption(agg), "tab:category"))
+        sections.append("## Speedup per category\n\n" + CATEGORY_CAPTION + coverage_caption(agg) + "\n\n"
+                        + markdown(cat[1]))
     theory = theory_table(agg)
-    csv("theory.csv", agg[["group", "label", *[c for c, _, _ in THEORY_COLUMNS if c in agg]]])
+    csv("theory.csv", agg[["group", "label", *[c for c in ("paired_samples", "group_samples") if c in agg],
+                           *[c for c, _, _ in THEORY_COLUMNS if c in agg]]])
     put("theory.md", markdown(theory) + "\n")
     put("theory.tex", latex(theory, THEORY_CAPTION, "tab:theory"))
     sources = ", ".join(sorted(set(agg.get("cost_ratio_source", pd.Series(dtype=str)).dropna())))
@@ -413,8 +501,9 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     detail["warnings"] = ["; ".join(w) for w in detail["warnings"]]
     csv("detail.csv", detail)
     groups = "\n".join(f"- {g}" for g in dict.fromkeys(agg["group"]))
-    warns = metrics.run_warnings(agg)
-    for w in warns:
+    loaded = list(rows.attrs.get("warnings", []))  # logged as the rows were read
+    warns = list(dict.fromkeys([*loaded, *metrics.run_warnings(agg)]))
+    for w in warns[len(loaded):]:
         log.warning("%s", w)
     head = [f"# Report\n\nSources: {', '.join(_shown(f) for f in (find_result_files(paths) if paths else []))}"
             + (f"; Spec-Bench answers: {', '.join(map(str, spec_bench))}" if spec_bench else ""),
@@ -443,7 +532,9 @@ COMPARE_METRICS = [("tokens_per_s", "tok/s"), ("speedup", "speedup"), ("accept_l
 
 
 def compare_table(cmp: pd.DataFrame) -> pd.DataFrame:
-    """Formatted comparison: per decoder, A, B, B/A [95% CI] for tokens/s, speedup and tau."""
+    """Formatted comparison: per decoder, A, B, B/A [95% CI] for tokens/s, speedup and tau, the samples
+    compared (:func:`_compare_samples`) and, when any row has one, a note (different samples, failed cells,
+    unpaired rows, a decoder in one run only)."""
     index = pd.MultiIndex.from_arrays([(cmp["task"] + ": " + cmp["model_pair"]).tolist(), cmp["label"].tolist()]) \
         if (cmp["task"] + cmp["model_pair"]).nunique() > 1 else pd.Index(cmp["label"].tolist())
     text = pd.DataFrame(index=index)
@@ -454,10 +545,29 @@ def compare_table(cmp: pd.DataFrame) -> pd.DataFrame:
             _interval_cell(pd.Series({"x": r.get(f"{col}_ratio"), "x_low": r.get(f"{col}_ratio_low"),
                                       "x_high": r.get(f"{col}_ratio_high")}), "x", ".3f")
             if f"{col}_ratio" in r else "-" for _, r in cmp.iterrows()]
-    text["paired"] = [("yes" if p else "no") if isinstance(p, (bool, np.bool_)) else (n or "-")
-                      for p, n in zip(cmp.get("paired", [None] * len(cmp)), cmp.get("note", [None] * len(cmp)))]
+    text["samples"] = [_compare_samples(r) for _, r in cmp.iterrows()]
+    if "note" in cmp and cmp["note"].fillna("").astype(str).str.len().any():
+        text["note"] = [str(n) if isinstance(n, str) and n else "-" for n in cmp["note"]]
     text.columns.name = "decoder"
     return text
+
+
+def _compare_samples(r: pd.Series) -> str:
+    """``8`` (both runs cover the same 8 samples) or ``3 (A 5, B 3)``: the samples compared, and each side's."""
+    n, a, b = (int(x) if not pd.isna(x) else 0 for x in
+               metrics.num(pd.Series([r.get("common_samples"), r.get("samples_a"), r.get("samples_b")])))
+    return f"{n}" if n == a == b else f"{n} (A {a}, B {b})"
+
+
+def compare_warnings(cmp: pd.DataFrame, loaded: Sequence[str] = ()) -> list[str]:
+    """The comparison's warnings: ``loaded`` (copies folded as the rows were read), duplicate cells, and one line
+    per configuration whose two runs cover different samples or lost cells."""
+    out = [*loaded, *cmp.attrs.get("warnings", [])]
+    for _, r in cmp.iterrows():
+        note = r.get("note")
+        if isinstance(note, str) and note and not note.startswith("only in"):
+            out.append(f"{r['label']} ({r['task']}: {r['model_pair']}): {note}")
+    return list(dict.fromkeys(out))
 
 
 def write_compare(path_a: str | Path, path_b: str | Path, out_dir: str | Path | None = None, n_boot: int = 2000,
@@ -472,9 +582,14 @@ def write_compare(path_a: str | Path, path_b: str | Path, out_dir: str | Path | 
     def ident(rows: pd.DataFrame) -> str:
         return "; ".join(dict.fromkeys(rows["group"]))
 
-    head = (f"A: {path_a} ({ident(a)})\nB: {path_b} ({ident(b)})\n\nratio = B / A; 95% bootstrap CI over samples "
-            f"(paired by sample where both runs hold the same samples).\n\n")
-    md = head + markdown(compare_table(cmp)) + "\n"
+    head = (f"A: {path_a} ({ident(a)})\nB: {path_b} ({ident(b)})\n\nratio = B / A, on the samples both runs cover "
+            f"(samples: how many; A and B: each run's own when they differ); 95% bootstrap CI over those samples, "
+            f"paired by sample.\n\n")
+    warns = compare_warnings(cmp, [*a.attrs.get("warnings", []), *b.attrs.get("warnings", [])])
+    for w in warns:
+        log.warning("%s", w)
+    md = head + ("Warnings:\n" + "\n".join(f"- {w}" for w in warns) + "\n\n" if warns else "") + \
+        markdown(compare_table(cmp)) + "\n"
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

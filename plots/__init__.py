@@ -5,9 +5,10 @@ The frames come from :mod:`harness.metrics` through the report (``python -m harn
 which calls :func:`draw_all`); this package imports nothing of the harness, the decoders or torch, and
 computes no statistic itself: it draws what it is given. :func:`save` writes PNG and PDF.
 
-Every figure carries a subtitle (model pair, dtype, hardware, task size), keeps its legend outside the axes,
-gives each configuration its own colour (:func:`palette` never repeats a colour) and prints integral
-hyper-parameters as integers.
+Every figure carries a subtitle (model pair, dtype, hardware, task size: ``3 of 5 samples`` when the figures
+stand on fewer samples than the task has), keeps its legend outside the axes, gives each configuration its own
+colour (:func:`palette` never repeats a colour) and prints integral hyper-parameters as integers; bars that
+stand on different numbers of samples say their ``n``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def _clusters(agg: pd.DataFrame, group: str) -> pd.Series:
 def _grouped_bars(ax: Any, agg: pd.DataFrame, value: str, low: str | None = None, high: str | None = None,
                   group: str = "group") -> None:
     """Bars of ``agg[value]``: one cluster per ``group`` value, one bar (own colour) per configuration label,
-    error bars from ``low`` / ``high`` when present; legend outside the axes."""
+    error bars from ``low`` / ``high`` when present; legend outside the axes. When the bars stand on different
+    numbers of samples (``paired_samples``), each bar says its ``n``."""
+    counts = pd.to_numeric(agg["paired_samples"], errors="coerce") if "paired_samples" in agg else None
+    uneven = counts is not None and counts.nunique() > 1
     agg = agg.assign(_cluster=_clusters(agg, group))
     groups = list(dict.fromkeys(agg["_cluster"]))
     labels = list(dict.fromkeys(agg["label"]))
@@ -100,12 +104,22 @@ def _grouped_bars(ax: Any, agg: pd.DataFrame, value: str, low: str | None = None
             lo = np.nan_to_num(vals - sub[low].to_numpy(dtype=float), nan=0.0)
             hi = np.nan_to_num(sub[high].to_numpy(dtype=float) - vals, nan=0.0)
             err = np.vstack([np.clip(lo, 0, None), np.clip(hi, 0, None)])
-        ax.bar(x + (i - (len(labels) - 1) / 2) * width, vals, width, yerr=err, capsize=2, label=lab,
-               color=colours[i])
+        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, vals, width, yerr=err, capsize=2, label=lab,
+                      color=colours[i])
+        if uneven:
+            _bar_counts(ax, bars, pd.to_numeric(sub["paired_samples"], errors="coerce").to_numpy(dtype=float))
     ax.set_xticks(x)
     many = len(groups) >= 4
     ax.set_xticklabels(groups, rotation=30 if many else 0, ha="right" if many else "center", fontsize=7 if many else 8)
     _legend_outside(ax)
+
+
+def _bar_counts(ax: Any, bars: Any, counts: np.ndarray) -> None:
+    """``n=k`` above each bar (the samples it stands on)."""
+    for rect, n in zip(bars, counts):
+        if np.isfinite(n) and np.isfinite(rect.get_height()):
+            ax.annotate(f"n={int(n)}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center",
+                        va="bottom", fontsize=5, xytext=(0, 1), textcoords="offset points")
 
 
 def speedup_by_task(agg: pd.DataFrame, subtitle: str = "") -> Any:

@@ -252,7 +252,11 @@ def test_compare_two_runs_paired_by_sample(tmp_path, capsys):
     # other samples in B: the bootstrap is unpaired, and it says so
     c = write_run(tmp_path / "C", fixture_rows("c", tasks=["humaneval"], n=5))
     cmp2, _ = report.write_compare(a, c)
-    assert not cmp2.set_index("label").loc["speculative", "paired"]
+    # issue 21 item 5: compared on the 5 samples both runs hold (it was an unpaired bootstrap of 8 against 5),
+    # and it says so
+    spec2 = cmp2.set_index("label").loc["speculative"]
+    assert (spec2["samples_a"], spec2["samples_b"], spec2["common_samples"]) == (8, 5, 5) and spec2["paired"]
+    assert "compared on the 5 both cover" in spec2["note"]
 
 
 # ------------------------------------------------------------------------------------------------ issue 11.8
@@ -304,7 +308,7 @@ def test_race_latex_table_has_one_row_per_decoder(tmp_path):
     decoders = list(dict.fromkeys(json.loads(line)["decoder"] for line in RACE.joinpath("results.jsonl").open()))
     assert len(decoders) == 9
     spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", tex).group(1)
-    assert spec == "l" + "r" * 5                                   # decoder | tok/s speedup tau alpha eq.
+    assert spec == "l" + "r" * 6                         # decoder | samples tok/s speedup tau alpha eq. (issue 21)
     rows = _tex_rows(tex)
     assert [r[0].replace("\\_", "_") for r in rows] == decoders    # decoders as rows, in run order
     assert all(len(r) == len(spec) for r in rows)
@@ -335,9 +339,9 @@ def test_per_category_tables(task, column, cats, tmp_path):
     written = report.write_report([write_run(tmp_path / "run", rows)], tmp_path / "rep")
     assert {"category.md", "category.tex", "category.csv"} <= set(written)
     md = (tmp_path / "rep" / "category.md").read_text().splitlines()
-    assert md[0] == "| decoder | " + " | ".join(cats) + " | overall |"
+    assert md[0] == "| decoder | " + " | ".join(cats) + " | overall | samples |"   # samples: issue 21
     spec = next(line for line in md if line.startswith("| speculative"))
-    assert [c.strip() for c in spec.strip("|").split("|")][1:] == ["1.50", "2.00", "2.50", "3.00", "2.25"]
+    assert [c.strip() for c in spec.strip("|").split("|")][1:] == ["1.50", "2.00", "2.50", "3.00", "2.25", "8"]
     assert len(_tex_rows((tmp_path / "rep" / "category.tex").read_text())) == 2
 
 
@@ -758,7 +762,7 @@ def test_decode_speedup_ttft_and_prefill_share(tmp_path):
     assert spec["decode_speedup_low"] <= spec["decode_speedup"] <= spec["decode_speedup_high"]
     written = report.write_report([run], tmp_path / "rep", plots=True, only=["time_breakdown"])
     tex = (tmp_path / "rep" / "main.tex").read_text()
-    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 8   # one more group of 3 columns
+    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 9   # samples, 5 + a group of 3
     assert len(_tex_rows(tex)) == 2
     assert "figures/time_breakdown.png" in written
     bd = metrics.time_breakdown(report.load_rows([run])).set_index("label")
