@@ -1,10 +1,10 @@
 """Pick each decoder family's best setting from tuning runs on the dev split; write ``conf/decoder/<family>_tuned.yaml``.
 
-Step 2 of issue 13's tuning protocol (docs/experiments.md, "Tuning protocol")::
+Step 2 of the tuning protocol (docs/experiments.md, "Tuning protocol")::
 
     python run.py experiment=tune_all                 # HumanEval dev problems, every family's grid, one vanilla
     python run.py experiment=tune_all_mbpp            # the same grid on MBPP's validation split
-    python benchmarks/tune.py results/tuning/tune_all results/tuning/tune_all_mbpp [--metric speedup]
+    python benchmarks/tune.py results/tuning/tune_all results/tuning/tune_all_mbpp --combine task [--metric speedup]
     python run.py experiment=race_heldout_humaneval   # the held-out race runs the *_tuned configs by name
 
 Rows are read with :func:`harness.report.load_rows` and aggregated by :func:`harness.metrics.aggregate` (the one
@@ -31,9 +31,21 @@ mean over tasks), then by name. Refused, with the reason, and nothing written fo
 * any point with failed cells or fewer samples than vanilla in some task (an interrupted run: resume it);
 * a point missing from one of the dev tasks (points must be measured on every task that is scored).
 
-Refused for the whole call (exit status 2): no rows; rows of held-out samples (HumanEval >= 20, MBPP test ids
-11-510, any other task) unless ``--any-split``; sampled rows (``temperature > 0``: tuning is greedy); several run
-identities for one task (tune from one run per dev task); a grid point whose config differs between runs.
+Refused for the whole call (exit status 2, one ``error:`` line per reason): no rows; rows of held-out samples
+(HumanEval >= 20, MBPP test ids 11-510, any other task) unless ``--any-split``; sampled rows (``temperature > 0``:
+tuning is greedy); several run identities for one task (tune from one run per dev task); a grid point whose config
+differs between runs; and runs that differ in
+
+* ``dtype`` (a float32 sweep and a bfloat16 one: speedups differ several-fold between them on a CPU without bf16
+  units), unless ``--combine dtype``;
+* machine class (the rows' ``device_name`` or ``cpu_isa``), unless ``--combine machine``;
+* task (the score would be the mean over the tasks), unless ``--combine task`` -- e.g. to tune from
+  the HumanEval and MBPP dev splits together (tune_all and tune_all_mbpp).
+
+What ``--combine`` admitted is stated in the written header, and every written config carries one
+machine-readable line, ``# tuned-on: {"dtype": ..., "device_name": ..., "cpu_isa": ..., "task": ...,
+"combined": [...]}`` (JSON; a list where the runs combined several values), which :func:`tuned_on` reads back so
+that a later run can check that it uses the config on the dtype and machine it was tuned on.
 
 Writes (unless ``--dry-run``) ``<conf-dir>/<family>_tuned.yaml``: a decoder config with the schema default line
 and a header naming the tuning runs, the split, the machine, the metric and its value; the file is then composed
@@ -60,7 +72,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from harness import metrics  # noqa: E402
-from harness.config import SCHEMAS, OuroborosConfig  # noqa: E402
+from harness.config import SCHEMAS, TUNED_ON_PREFIX, OuroborosConfig, tuned_on  # noqa: E402
 from harness.report import load_rows  # noqa: E402
 from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS  # noqa: E402
 
@@ -76,13 +88,13 @@ FAMILIES = ("speculative", "lookahead", "prompt_lookup", "hf_assisted", "ourobor
 #: Decoders that are references of the race, never tuned.
 REFERENCE_TARGETS = ("decoders.vanilla.VanillaDecoder", "decoders.hf_assisted.HFGreedyDecoder")
 #: Ouroboros options that are not in the paper (Zhao et al. 2024): a point with any of them away from its
-#: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest issue 13).
+#: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest are cheaper-drafting options).
 OUROBOROS_EXTENSIONS = ("pool_from_prompt", "free_draft_min_match", "draft_vocab_size", "stop_confidence",
                         "branch_confidence", "max_branches")
 _OURO_DEFAULTS = {f.name: f.default for f in fields(OuroborosConfig)}
 #: Config keys that are not hyper-parameters (harness.metrics.NON_PARAM_KEYS).
 META_KEYS = metrics.NON_PARAM_KEYS
-#: HumanEval problems of the dev split (issue 13): 0-19. The held-out race starts at 20.
+#: HumanEval problems of the dev split: 0-19. The held-out race starts at 20.
 HUMANEVAL_DEV = range(0, 20)
 
 
@@ -100,7 +112,68 @@ DEV_SPLITS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 class Refused(Exception):
-    """The input cannot be tuned from (exit status 2); the message says what to change."""
+    """The input cannot be tuned from (exit status 2); the message says what to change, one line per reason."""
+
+
+#: What ``--combine`` admits: runs that differ in one of these are refused without it.
+COMBINABLE = ("task", "dtype", "machine")
+
+
+def _value(v: Any) -> str:
+    x = metrics.norm(v)
+    return "unrecorded" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+
+def _spread(rows: pd.DataFrame, columns: Sequence[str]) -> dict[str, list[str]]:
+    """Each distinct value of ``columns`` (joined with " / ") -> the run folders holding it, in order of appearance."""
+    cols = [c for c in columns if c in rows]
+    out: dict[str, list[str]] = {}
+    if not cols:
+        return out
+    where = rows["run_dir"].astype(str) if "run_dir" in rows else pd.Series(["?"] * len(rows), index=rows.index)
+    for value, run in zip(rows[cols].apply(lambda r: " / ".join(_value(v) for v in r), axis=1), where):
+        runs = out.setdefault(value, [])
+        if run not in runs:
+            runs.append(run)
+    return out
+
+
+def _describe(spread: dict[str, list[str]]) -> str:
+    return "; ".join(f"{v} in {', '.join(runs[:3])}{f' (+{len(runs) - 3} more)' if len(runs) > 3 else ''}"
+                     for v, runs in spread.items())
+
+
+#: what -> (row columns, why a mixed score misleads)
+_COMBINE_CHECKS: dict[str, tuple[tuple[str, ...], str]] = {
+    "dtype": (("dtype",), "a score averaged over them mixes precisions (on a CPU without bf16 units bf16 speedups "
+                          "differ several-fold from float32 ones)"),
+    "machine": (("device_name", "cpu_isa"), "speedups do not carry across machine classes"),
+    "task": (("task",), "each point's score would be the mean over these tasks"),
+}
+
+
+def check_combination(rows: pd.DataFrame, combine: Sequence[str] = ()) -> list[str]:
+    """One line per way the runs differ (dtype, machine class: ``device_name`` / ``cpu_isa``, task) that
+    ``combine`` does not admit; empty when they may be tuned from together."""
+    problems = []
+    for what, (cols, why) in _COMBINE_CHECKS.items():
+        spread = _spread(rows, cols)
+        if len(spread) <= 1 or what in combine:
+            continue
+        label = f"machine ({' / '.join(c for c in cols if c in rows)})" if what == "machine" else what
+        problems.append(f"the runs differ in {label}: {_describe(spread)}; {why}. Tune from runs that agree, or pass "
+                        f"--combine {what} to combine them (the tuned config's header then says so)")
+    return problems
+
+
+def combined_values(rows: pd.DataFrame) -> dict[str, Any]:
+    """The ``tuned-on`` record of ``rows``: dtype, device_name, cpu_isa and task, each a string, or a sorted list
+    where the rows hold several values."""
+    out: dict[str, Any] = {}
+    for col in ("dtype", "device_name", "cpu_isa", "task"):
+        vals = sorted({_value(v) for v in rows[col]}) if col in rows else ["unrecorded"]
+        out[col] = vals[0] if len(vals) == 1 else vals
+    return out
 
 
 def family_of(family: str, target: str, params: dict[str, Any]) -> bool:
@@ -182,7 +255,7 @@ def check_input(rows: pd.DataFrame, any_split: bool) -> None:
     for task, g in rows.groupby("task", sort=False):
         rule = DEV_SPLITS.get(str(task))
         if rule is None:
-            raise Refused(f"task {task} has no dev split in issue 13's protocol (dev: {', '.join(DEV_SPLITS)}); "
+            raise Refused(f"task {task} has no dev split in the tuning protocol (dev: {', '.join(DEV_SPLITS)}); "
                           "tune on the dev split, or pass --any-split (the tuned config's header then says so)")
         bad = sorted({s for s in g["sample_id"] if not rule[0](s)}, key=lambda s: (_number(s) or 0, str(s)))
         if bad:
@@ -353,8 +426,9 @@ def table(choices: Sequence[Choice], metric: str) -> str:
 
 
 def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.DataFrame, any_split: bool,
-               allow_half_divergence: bool = False) -> str:
-    """The text of ``conf/decoder/<family>_tuned.yaml`` for a chosen point."""
+               allow_half_divergence: bool = False, combine: Sequence[str] = ()) -> str:
+    """The text of ``conf/decoder/<family>_tuned.yaml`` for a chosen point (``combine``: what ``--combine``
+    admitted, stated in the header)."""
     p = choice.chosen
     assert p is not None
     name = f"{choice.family}_tuned"
@@ -384,7 +458,7 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
         f"# @package decoder.{name}",
         f"# {choice.family} tuned on the dev split: grid point {p.name} of benchmarks/tune.py's selection.",
         f"# Setting: {params}.",
-        "# Issue 13's tuning protocol (docs/experiments.md, \"Tuning protocol\"); do not edit by hand:",
+        "# The tuning protocol (docs/experiments.md, \"Tuning protocol\"); do not edit by hand:",
         "# re-run the tuning and tune.py (--force replaces this file).",
         f"# Tuning runs: {', '.join(sources)}.",
         f"# Split: {split}{' (NOT the dev split: --any-split)' if any_split else ''}.",
@@ -397,6 +471,16 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
         f"# Score {p.score:.3f} = the mean over dev tasks of {metric} [95% bootstrap interval]: {per}.",
         f"# Accept length: {tau}. Equal to vanilla: {eq}.",
     ]
+    record = combined_values(ok if len(ok) else rows)
+    admitted = [c for c in COMBINABLE if c in combine]
+    if admitted:
+        def shown(col: str) -> str:
+            return ", ".join(record[col]) if isinstance(record[col], list) else record[col]
+
+        parts = [f"{c} ({'; '.join(shown(col) for col in _COMBINE_CHECKS[c][0])})" for c in admitted]
+        header.append(f"# Combined on request (--combine {','.join(admitted)}): {', '.join(parts)}; the score "
+                      "averages over what differs.")
+    header.append(TUNED_ON_PREFIX + json.dumps({**record, "combined": admitted}))
     if p.notes:
         header.append(f"# Note: {'; '.join(p.notes)}.")
     if others:
@@ -422,6 +506,15 @@ def validate_written(conf_dir: Path, name: str) -> None:
     compose([f"decoder=[vanilla,{name}]"], config_dir=root.resolve())
 
 
+def _combine_arg(text: str) -> list[str]:
+    """``--combine task,dtype`` -> ``["task", "dtype"]``; an unknown name is an argparse error."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in COMBINABLE]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(COMBINABLE)} (comma-separated or repeated)")
+    return names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -439,20 +532,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tie-tolerance", type=float, default=0.005,
                         help="scores within this of the best are ties, broken by the narrower interval (default 0.005)")
     parser.add_argument("--any-split", action="store_true", help="allow rows outside the dev split (said in the header)")
+    parser.add_argument("--combine", action="append", default=[], type=_combine_arg, metavar="WHAT",
+                        help="tune from runs that differ in WHAT (task, dtype or machine; repeatable or comma-"
+                             "separated); said in the tuned config's header. Default: such runs are refused "
+                             "(the protocol passes --combine task for its HumanEval and MBPP dev runs)")
     parser.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
     parser.add_argument("--force", action="store_true", help="replace existing *_tuned.yaml files with other contents")
     args = parser.parse_args(argv)
+    combine = sorted({c for group in args.combine for c in group}, key=COMBINABLE.index)
     try:
         rows = load_rows(args.runs)
         if rows.empty:
             raise Refused(f"no result rows under {', '.join(args.runs)}")
-        check_input(rows, args.any_split)
+        problems = []
+        try:
+            check_input(rows, args.any_split)
+        except Refused as e:
+            problems.append(str(e))
+        problems += check_combination(rows, combine)
+        if problems:
+            raise Refused("\n".join(problems))
         nodes = decoder_nodes(rows)
         agg = metrics.aggregate(rows)
         choices = select(agg, nodes, args.metric, args.family or FAMILIES, args.tie_tolerance, error_counts(rows),
                          args.allow_half_divergence)
     except (Refused, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        for line in str(e).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     print(table(choices, args.metric))
     print()
@@ -464,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = 1
             continue
         target = conf_dir / f"{c.family}_tuned.yaml"
-        text = tuned_yaml(c, args.metric, args.runs, rows, args.any_split, args.allow_half_divergence)
+        text = tuned_yaml(c, args.metric, args.runs, rows, args.any_split, args.allow_half_divergence, combine)
         line = f"{c.family}: {c.chosen.name} ({args.metric} {c.chosen.score:.3f})"
         if args.dry_run:
             print(f"{line}; --dry-run: {target} not written")

@@ -15,13 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 from decoders.common.sampling import GREEDY, SamplingConfig, require_sampling_support
 from decoders.common.stopping import collect_eos_token_ids
 from harness.config import (
-    CONF_DIR, ConfigError, compose, refuse_group_lists, validate,
+    CONF_DIR, ConfigError, compose, refuse_group_lists, tuning_mismatches, validate,
 )
 from harness.metrics import to_markdown
 from harness.models import load_pair
 from harness.resume import ResumeMismatchError
 from harness.results import environment
-from harness.runner import NON_PARAM_KEYS, RunSettings, Runner
+from harness.runner import NON_PARAM_KEYS, RunSettings, Runner, parse_shard
 from tasks.base import task_stop_token_ids
 
 log = logging.getLogger(__name__)
@@ -207,6 +207,47 @@ def build_task(task_cfg: Any) -> Any:
     return hydra.utils.instantiate({k: v for k, v in raw.items() if k != "name"})
 
 
+def build_task_or_refuse(task_cfg: Any) -> Any:
+    """:func:`build_task`, with a task data file that is missing or corrupt refused as :class:`ConfigError` (one
+    line, exit status 2 in ``run.py``) instead of Hydra's instantiation traceback."""
+    from hydra.errors import InstantiationException
+
+    from tasks.data import DataFormatError, DataNotFoundError
+
+    try:
+        return build_task(task_cfg)
+    except InstantiationException as e:
+        cause = e.__cause__
+        if isinstance(cause, (DataNotFoundError, DataFormatError)):
+            raise ConfigError(" ".join(str(cause).split())) from None
+        raise
+
+
+def check_selection(task: Any, settings: RunSettings, task_name: str = "task") -> list[Any]:
+    """The samples this job would run, checked before any model loads; returns the selection
+    (``task.limit`` / ``task.offset`` / ``runner.sample_ids``).
+
+    Raises:
+        ConfigError: the task has no samples (an empty data file, or filters that leave none), an id of
+            ``runner.sample_ids`` is not among them, or ``runner.shard`` selects none of them.
+    """
+    samples = list(task.samples())
+    if not samples:
+        origin = getattr(task, "origin", None) or getattr(task, "data_path", None)
+        raise ConfigError(f"task {task_name}: no samples to run: the task data{f' ({origin})' if origin else ''} "
+                          "holds no records, or task.offset / task.limit / the task's filters leave none; check the "
+                          "data file (an empty or truncated copy?) and the task settings")
+    try:
+        selected = settings.select(samples)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    shard = parse_shard(settings.shard)
+    if shard is not None and not any(i % shard[1] == shard[0] for i in range(len(selected))):
+        raise ConfigError(f"runner.shard={settings.shard} selects none of the {len(selected)} selected samples "
+                          f"(sample_index % {shard[1]} == {shard[0]}); use fewer shards than samples")
+    return selected
+
+
 def supplied_arguments(pair: Any, eos_token_ids: set[int] | None = None,
                        sampling: SamplingConfig = GREEDY) -> dict[str, Any]:
     """What the runner supplies to decoder constructors (:data:`harness.config.RUNNER_SUPPLIED`); the EOS ids
@@ -274,10 +315,10 @@ def main_job(cfg: DictConfig) -> float | None:
             require_sampling_support(name, hydra.utils.get_class(dcfg["_target_"]), settings.sampling)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    # The task is built before any model: missing data fails fast. `name` is the config's label, not an argument.
-    task = build_task(cfg.task)
-    if settings.sample_ids is not None:
-        settings.select(list(task.samples()))  # unknown ids fail here, before any model loads
+    # The task is built before any model: missing, corrupt or empty data, unknown sample ids and an empty shard
+    # fail fast, with one line each. `name` is the config's label, not an argument.
+    task = build_task_or_refuse(cfg.task)
+    check_selection(task, settings, str(cfg.task.get("name") or getattr(task, "name", "task")))
     need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
     pair = load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=cfg.get("device", "auto"),
                      need_draft=need_draft)
@@ -305,8 +346,9 @@ def main_job(cfg: DictConfig) -> float | None:
         "cpu_isa": env["cpu_isa"],
         "native_half_precision": env["native_half_precision"],
     }
+    mistuned = tuning_mismatches(list(dec_cfgs), env["dtype"], env["device_name"])  # flagged, not refused
     try:  # checks the folder against this run's identity, then writes meta.json
-        runner = Runner(task, pair, decoders, params, settings, run_dir, identity,
+        runner = Runner(task, pair, decoders, params, settings, run_dir, identity, notes=mistuned,
                         chat=cfg.model.get("chat_template"), config=OmegaConf.to_container(cfg, resolve=True),
                         environment=env, meta={"eos_token_ids": sorted(eos)},
                         draft_users=[n for n, c in dec_cfgs.items() if c.get("uses_draft")])
@@ -321,10 +363,12 @@ def main_job(cfg: DictConfig) -> float | None:
               f"{run_dir}/summary.md; rerun the same command to resume", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     if runner.measured == 0:
-        counts = ", ".join(f"{n} {s}" for s, n in runner.status_counts.items()) or "no cells"
-        print(f"error: nothing was measured ({counts}; reasons in the rows' `reason` column of "
-              f"{runner.writer.path}). A prompt_too_long cell needs a smaller runner.max_new_tokens or a model with a "
-              "longer context; an empty_prompt cell needs a non-empty prompt in the task's data.", file=sys.stderr)
+        counts = ", ".join(f"{n} {s}" for s, n in runner.status_counts.items())
+        where = (f"{counts}; reasons in the rows' `reason` column of {runner.writer.path}" if counts else
+                 f"no cell was run and no row was written; {len(runner.work)} samples were selected")
+        print(f"error: nothing was measured ({where}). A prompt_too_long cell needs a smaller runner.max_new_tokens "
+              "or a model with a longer context; an empty_prompt cell needs a non-empty prompt in the task's data.",
+              file=sys.stderr)
         sys.exit(EXIT_NOTHING_MEASURED)
     if runner.errors:
         log.error("%d (sample, decoder) cells failed; see status/reason in %s", runner.errors, runner.writer.path)

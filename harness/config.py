@@ -35,6 +35,7 @@ the draft model and is stripped before instantiation; it is fixed per decoder cl
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import typing
 from dataclasses import dataclass, field
@@ -56,6 +57,37 @@ from tasks.mbpp import SOURCE as MBPP_SOURCE
 from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: The machine-readable provenance line that benchmarks/tune.py writes into each ``*_tuned.yaml`` (JSON:
+#: dtype, device_name, cpu_isa, task, and what ``--combine`` admitted); read back by :func:`tuned_on`.
+TUNED_ON_PREFIX = "# tuned-on: "
+
+
+def tuned_on(text: str) -> dict[str, Any] | None:
+    """The ``# tuned-on:`` record of a decoder config's text, or None when it has none (a hand-written config,
+    or a tuned one written before the line existed)."""
+    for line in text.splitlines():
+        if line.startswith(TUNED_ON_PREFIX):
+            return json.loads(line[len(TUNED_ON_PREFIX):])
+    return None
+
+
+def tuning_mismatches(decoders: Sequence[str], dtype: str, device_name: str, conf_dir: Path = CONF_DIR) -> list[str]:
+    """One warning per decoder of this run whose config was tuned (``# tuned-on:``) on another dtype or machine
+    than this run's ``dtype`` / ``device_name``: its setting was chosen for other hardware, so a race with it
+    is not the tuned race it claims to be. Empty when every tuned config matches (or none is tuned)."""
+    out = []
+    for name in decoders:
+        path = conf_dir / "decoder" / f"{name}.yaml"
+        record = tuned_on(path.read_text()) if path.is_file() else None
+        if not record:
+            continue
+        differ = [f"{k} {record.get(k)!r} (this run: {v!r})" for k, v in (("dtype", dtype), ("device_name", device_name))
+                  if record.get(k) != v]
+        if differ:
+            out.append(f"decoder {name} was tuned on another setup: {'; '.join(differ)}; its setting may not be "
+                       f"this machine's best. Re-tune here (python run.py experiment=tune_all, then "
+                       f"python benchmarks/tune.py <tuning folder> --force) before calling this a tuned race")
+    return out
 
 
 class ConfigError(ValueError):
@@ -89,8 +121,8 @@ FIXED = {"fixed": True}
 POOL_SCOPES = ("sample", "task")  # decoders.common.checks.POOL_SCOPES
 #: transformers' assisted-generation schedules (GenerationConfig.num_assistant_tokens_schedule).
 ASSISTANT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
-#: harness.models.resolve_dtype's names.
-DTYPES = ("bfloat16", "float16", "float32")
+#: harness.models.resolve_dtype's names (auto: bfloat16 where the device computes it natively, else float32).
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 #: transformers 5.x: "eager" + ALL_ATTENTION_FUNCTIONS.valid_keys() (a test compares with the installed one).
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
                         "flex_attention", "paged|eager")
@@ -139,7 +171,7 @@ class ModelConfig:
     """``conf/model/<pair>.yaml``: the target, the draft (or null), dtype and attention kernel."""
 
     name: str = MISSING
-    dtype: str = field(default="bfloat16", metadata=one_of(*DTYPES))
+    dtype: str = field(default="auto", metadata=one_of(*DTYPES))
     attn_implementation: Optional[str] = field(default=None, metadata=one_of(*ATTN_IMPLEMENTATIONS))
     chat_template: bool = False               # instruct models: prompts go through the chat template
     target: ModelSpec = MISSING
@@ -158,7 +190,7 @@ class RunnerConfig:
     warmup: int = field(default=1, metadata=at_least(0))
     warmup_tokens: int = field(default=16, metadata=at_least(1))
     seed: int = field(default=0, metadata=at_least(0))
-    temperature: float = field(default=0.0, metadata=at_least(0.0))   # 0 = greedy; > 0 = sampling (README "Sampling")
+    temperature: float = field(default=0.0, metadata=at_least(0.0))   # 0 = greedy; > 0 = sampling (docs/sampling.md)
     top_p: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})  # nucleus filtering; 1.0 = off
     top_k: int = field(default=0, metadata=at_least(0))                # 0 = off
     score: bool = True
@@ -316,7 +348,7 @@ class OuroborosConfig(DecoderConfig):
     pool_scope: str = field(default="sample", metadata=one_of(*POOL_SCOPES))
     seed: int = field(default=0, metadata=at_least(0))
     pool_from_prompt: bool = False
-    # cheaper drafting (issue 13), all off by default
+    # cheaper drafting, all off by default
     free_draft_min_match: int = field(default=0, metadata=at_least(0))   # prompt-lookup trunk when >= n tokens recur
     draft_vocab_size: int = field(default=0, metadata=at_least(0))       # reduced draft LM head (top-K by merge rank)
     stop_confidence: float = field(default=0.0, metadata=between(0.0, 1.0))    # stop drafting below this confidence
@@ -490,7 +522,7 @@ def _unknown_key_line(path: str, key: str, schema: type | None, valid: Sequence[
     return line
 
 
-# Keys users reach for on a decoder or model when they mean the run's sampling settings (README "Sampling").
+# Keys users reach for on a decoder or model when they mean the run's sampling settings (docs/sampling.md).
 _SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "do_sample", "seed", "sampling"})
 
 

@@ -77,12 +77,29 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec-harness"))
 
 
-def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
-    """``"bfloat16" | "float16" | "float32"`` -> ``torch.dtype``; ``ValueError`` otherwise."""
+def resolve_dtype(name: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """``"auto" | "bfloat16" | "float16" | "float32"`` -> ``torch.dtype``.
+
+    ``"auto"`` is bfloat16 where it is computed natively (CUDA; a CPU with ``avx512_bf16``, ``amx_bf16`` or Arm
+    ``bf16``: :func:`harness.results.native_half_precision`) and float32 where torch would emulate it: on a CPU
+    without bf16 units a multi-token forward in bfloat16 costs many times a one-token forward (README,
+    "Precision"), so every drafting decoder would lose. A CPU whose flags cannot be read counts as emulating.
+
+    Raises:
+        ValueError: an unknown name.
+    """
     if isinstance(name, torch.dtype):
         return name
+    if name == "auto":
+        dev = torch.device(device) if not isinstance(device, torch.device) else device
+        if dev.type == "cuda":
+            return torch.bfloat16
+        if dev.type == "cpu":
+            from harness.results import native_half_precision
+            return torch.bfloat16 if native_half_precision("bfloat16") else torch.float32
+        return torch.float32
     if name not in _DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {sorted(_DTYPES)}")
+        raise ValueError(f"unknown dtype {name!r}; choose one of {['auto', *sorted(_DTYPES)]}")
     return _DTYPES[name]
 
 
@@ -605,7 +622,8 @@ def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto",
     """Load target (and draft, when configured and needed) after checking their tokenizers agree.
 
     Args:
-        model_cfg: ``conf/model/<pair>.yaml`` contents: ``name``, ``dtype``, ``target``, ``draft`` (or null),
+        model_cfg: ``conf/model/<pair>.yaml`` contents: ``name``, ``dtype`` (``auto``: :func:`resolve_dtype`),
+            ``target``, ``draft`` (or null),
             optional ``attn_implementation``.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
         need_draft: load the draft only when a selected decoder uses one.
@@ -614,8 +632,11 @@ def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto",
         TokenizerMismatchError: before any weights are loaded, if the tokenizers disagree.
         ModelLoadError: if a source cannot be fetched or read.
     """
-    dtype = resolve_dtype(model_cfg.get("dtype", "bfloat16"))
     dev = resolve_device(str(device)) if not isinstance(device, torch.device) else device
+    requested = model_cfg.get("dtype", "auto")
+    dtype = resolve_dtype(requested, dev)
+    if requested == "auto":
+        log.info("model.dtype=auto -> %s on %s", str(dtype).replace("torch.", ""), dev)
     target_spec, draft_spec = model_cfg["target"], model_cfg.get("draft")
     target_tok = load_tokenizer(target_spec)
     draft_name = None

@@ -3,7 +3,7 @@ interleaved per sample in a rotating order, each (sample, decoder) cell measured
 result row appended per cell as soon as it is computed (or, for a cell that ran before vanilla on its
 sample, as soon as vanilla's output -- the equality reference -- exists).
 
-Measurement design (DESIGN.md 2b.5; issue 11 items 7-9):
+Measurement design (DESIGN.md 2b.5):
 
 * **Order.** With ``runner.order=rotate`` (default) the decoder list is rotated by ``sample_index + repeat``,
   so every decoder runs at every position equally often and drift over the run (clock, caches, machine
@@ -23,6 +23,13 @@ Measurement design (DESIGN.md 2b.5; issue 11 items 7-9):
 * **Skips.** An empty prompt (no text, or 0 tokens) gets ``status=empty_prompt``; prompt + ``max_new_tokens``
   beyond the target's context (or the draft's, for decoders that use the draft) gets
   ``status=prompt_too_long``; both with a ``reason``, never an exception.
+* **Conversations.** Turn k > 0 of a multi-turn sample carries the decoder's own earlier answers. When an earlier
+  turn of a decoder has no answer (``error``, ``prompt_too_long``, ``empty_prompt``, or itself skipped), its later
+  turns are not run: they would be asked with another history than vanilla's and paired with vanilla's answer.
+  They get ``status=skipped`` and a ``reason`` naming the turn and why. When vanilla's earlier turn has no answer,
+  every decoder's later turns are skipped the same way (there is no reference conversation to pair them with).
+  A decoder row without a vanilla answer to compare with (vanilla failed on that turn) has
+  ``matches_vanilla=None`` and ``equality_check=None``: it makes no equality claim.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -259,6 +266,7 @@ class Runner:
         environment: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
         draft_users: Collection[str] = (),
+        notes: Sequence[str] = (),
     ):
         if "vanilla" not in decoders:
             raise ValueError("the vanilla decoder must be part of every run: it is the reference for speedup "
@@ -272,6 +280,7 @@ class Runner:
         self.identity = dict(identity)
         self.chat = chat
         self.draft_users = set(draft_users)
+        self.setup_notes = list(notes)   # what the caller found before the run (e.g. settings tuned elsewhere)
         self.writer = ResultWriter(self.run_dir)
         self.max_new_tokens = settings.max_new_tokens or int(task.max_new_tokens)
         self.context_length = int(getattr(pair.target.config, "max_position_embeddings", 0) or 0)
@@ -333,6 +342,7 @@ class Runner:
                       "rule": ROTATION_RULE if self.settings.order == "rotate" else "decoders as listed, every sample"},
             "repeats": self.settings.repeats,
             "config": dict(config or {}),
+            "notes": list(self.setup_notes),
             "environment": dict(environment or {}),
             **dict(meta or {}),
         }
@@ -344,9 +354,10 @@ class Runner:
         return (self.resume_state is not None
                 and resume_lib.cell_key(self._base_row(sample, 0, name, turn, repeat, 0, 0)) in self.resume_state.done)
 
-    def _stored_completion(self, sample: Sample, name: str, turn: int, repeat: int) -> str:
+    def _stored_completion(self, sample: Sample, name: str, turn: int, repeat: int) -> str | None:
+        """The answer of a done cell from the folder, or ``None`` when its row is a skip (no answer)."""
         params = json.dumps(dict(self.decoder_params.get(name, {})), sort_keys=True)
-        return self.resume_state.completions.get((sample.sample_id, turn, repeat, name, params), "")
+        return self.resume_state.completions.get((sample.sample_id, turn, repeat, name, params))
 
     # ------------------------------------------------------------------------------------ helpers
     def _turns(self, sample: Sample) -> int:
@@ -529,18 +540,24 @@ class Runner:
             if len(done) == len(order) * n_turns:
                 continue
             answers: dict[str, list[str]] = {n: [] for n in order}
+            lost: dict[str, str] = {}  # decoder -> its first turn without an answer, and why
             for turn in range(n_turns):
-                self._run_turn(sample, index, repeat, turn, order, done, answers, refs, scores[turn], bar)
+                self._run_turn(sample, index, repeat, turn, order, done, answers, refs, scores[turn], bar, lost)
 
     def _run_turn(self, sample: Sample, index: int, repeat: int, turn: int, order: list[str],
                   done: set[tuple[str, int]], answers: dict[str, list[str]],
                   refs: dict[int, tuple[tuple[int, ...], str | None]], scores: dict[str, dict[str, Any]],
-                  bar: Any) -> None:
+                  bar: Any, lost: dict[str, str] | None = None) -> None:
         """Run every decoder on one turn of one sample (one repeat) and write its rows; appends to ``answers``.
 
         A cell measured before vanilla's on a sample it has no reference yet: it is held and written when
         vanilla's output exists (or, if vanilla produced none, without equality).
+
+        ``lost`` (decoder -> "turn k <status>: <reason>") records the first turn of each decoder's conversation
+        without an answer; on a later turn such a decoder -- or every decoder, when vanilla's conversation is
+        broken -- gets a ``skipped`` row instead of running on another history than vanilla's.
         """
+        lost = {} if lost is None else lost
         encoded: dict[str, torch.Tensor] = {}
         vanilla_prompt = self._render(sample, turn, answers["vanilla"])
         pending: list[_Cell] = []
@@ -550,7 +567,19 @@ class Runner:
             bar.set_postfix_str(name + (f" (repeat {repeat})" if self.settings.repeats > 1 else ""))
             text = vanilla_prompt if name == "vanilla" else self._render(sample, turn, answers[name])
             if (name, turn) in done:  # resume: the stored answer carries the conversation on
-                answers[name].append(self._stored_completion(sample, name, turn, repeat))
+                stored = self._stored_completion(sample, name, turn, repeat)
+                if stored is None:
+                    lost.setdefault(name, f"turn {turn} has no answer (its row in the folder is a skip)")
+                answers[name].append(stored or "")
+                continue
+            broken = self._broken_history(name, turn, lost)
+            if broken is not None:
+                row = self._base_row(sample, index, name, turn, repeat, position, 0)
+                row["prompt_tokens"] = None  # not rendered for a run: the history it would carry is not vanilla's
+                self._write({**row, "status": "skipped", "reason": broken})
+                log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, broken)
+                answers[name].append("")
+                lost.setdefault(name, f"turn {turn} skipped")
                 continue
             if text not in encoded:
                 encoded[text] = self._encode(text)  # tokenized once per distinct prompt, outside timers
@@ -563,6 +592,7 @@ class Runner:
                 self._write({**row, "status": skip[0], "reason": skip[1]})
                 log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, skip[1])
                 answers[name].append("")
+                lost.setdefault(name, f"turn {turn} {skip[0]}")
                 continue
             decoder = self.decoders[name]
             try:
@@ -576,6 +606,7 @@ class Runner:
                 log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
                 self._write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
                 answers[name].append("")
+                lost.setdefault(name, f"turn {turn} error ({type(e).__name__}: {str(e)[:120]})")
                 continue
             completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
                                                      clean_up_tokenization_spaces=False)
@@ -593,6 +624,20 @@ class Runner:
                 pending.append(cell)
         for c in pending:  # vanilla gave no output on this turn: nothing to compare with
             self._write_cell(sample, c, None, None, scores)
+
+    @staticmethod
+    def _broken_history(name: str, turn: int, lost: Mapping[str, str]) -> str | None:
+        """Why turn ``turn`` of ``name`` must not run (an earlier turn of its conversation, or of vanilla's, has
+        no answer), or ``None``."""
+        if turn == 0:
+            return None
+        if name in lost:
+            return (f"an earlier turn of this conversation has no answer ({lost[name]}): turn {turn} would be asked "
+                    "with another history than vanilla's, so it is not run")
+        if "vanilla" in lost:
+            return (f"vanilla's conversation has no answer at an earlier turn ({lost['vanilla']}): there is no "
+                    f"reference for turn {turn} to pair this decoder with, so it is not run")
+        return None
 
     def _write_cell(self, sample: Sample, cell: _Cell, ref: tuple[tuple[int, ...], str | None] | None,
                     vanilla_attempt: str | None, scores: dict[str, dict[str, Any]]) -> None:
@@ -614,7 +659,9 @@ class Runner:
             "wall_time_s": cell.wall,
             "tokens_per_s": result.new_tokens / cell.wall if cell.wall > 0 else None,
             "matches_vanilla": matches,
-            "equality_check": "exact" if self.settings.sampling.greedy else "n/a (sampled)",
+            # a greedy row without vanilla's answer to compare with makes no equality claim
+            "equality_check": (("exact" if ref is not None else None) if self.settings.sampling.greedy
+                               else "n/a (sampled)"),
             "first_divergence": divergence,
             "paired_across_processes": (name != "vanilla" and vanilla_attempt is not None
                                         and vanilla_attempt != self.attempt_id),
@@ -637,13 +684,14 @@ class Runner:
         return resume_lib.latest_rows(rows[rows["run_identity"] == self.run_identity].reset_index(drop=True))
 
     def notes(self) -> list[str]:
-        """What only the runner knows for the summary: that the run was interrupted. Every other warning
-        (machine load, cross-process pairs, disagreeing estimators, half precision emulated by the CPU) comes
-        from :mod:`harness.metrics`, the same code that serves the report and the gate."""
+        """What only the runner knows for the summary: the caller's set-up notes (``notes``: e.g. decoders tuned
+        on another dtype or machine) and that the run was interrupted. Every other warning (machine load,
+        cross-process pairs, disagreeing estimators, half precision emulated by the CPU) comes from
+        :mod:`harness.metrics`, the same code that serves the report and the gate."""
         if not self.interrupted:
-            return []
-        return ["interrupted (Ctrl-C): this summary covers only the cells finished before it; rerun the same "
-                "command to resume"]
+            return list(self.setup_notes)
+        return [*self.setup_notes, "interrupted (Ctrl-C): this summary covers only the cells finished before it; "
+                "rerun the same command to resume"]
 
     def write_summary(self) -> pd.DataFrame:
         """Write ``summary.csv`` (:func:`harness.metrics.summarize` of this run's rows) and ``summary.md`` (its
@@ -661,10 +709,25 @@ class Runner:
         sampling = self.settings.sampling
         sampled = ("" if sampling.greedy else f" temperature={sampling.temperature:g} top_p={sampling.top_p:g} "
                    f"top_k={sampling.top_k} seed={self.settings.seed}")
+        shard = f" shard={self.shard_spec} ({len(self.work)} of {len(self.samples)} samples)" if self.shard else ""
         header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
                   f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
                   f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
-                  f"{f' shard={self.shard_spec}' if self.shard else ''}{sampled} run_identity={self.run_identity}\n\n")
-        (self.run_dir / "summary.md").write_text(header + to_markdown(summary, notes=notes) + "\n\n"
-                                                 + SUMMARY_LEGEND + "\n")
+                  f"{shard}{sampled} run_identity={self.run_identity}\n\n")
+        coverage = self.coverage()
+        (self.run_dir / "summary.md").write_text(header + (coverage + "\n\n" if coverage else "")
+                                                 + to_markdown(summary, notes=notes) + "\n\n" + SUMMARY_LEGEND + "\n")
         return summary
+
+    def coverage(self) -> str:
+        """What a shard's summary covers: its share of the selected samples, by rule and by id (empty for an
+        unsharded run, which covers every selected sample)."""
+        if self.shard is None:
+            return ""
+        i, n = self.shard
+        ids = [s.sample_id for _, s in self.work]
+        shown = ", ".join(map(str, ids[:8])) + (f", ... ({len(ids) - 8} more)" if len(ids) > 8 else "")
+        return (f"Coverage: this folder is shard {i}/{n} of the run: {len(ids)} of the {len(self.samples)} selected "
+                f"samples (sample_index % {n} == {i}: {shown or 'none'}). Every figure below is over these samples "
+                f"only; the other {n - 1} shard(s) are in their own folders, and `python -m harness.report "
+                "<shard folders>` merges them.")

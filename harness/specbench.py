@@ -28,6 +28,17 @@ Import (:func:`import_answers`): rows in this harness's schema, one per (questio
 becomes decoder ``vanilla`` (the file named by ``baseline``, else the one whose model_id contains
 ``vanilla`` or ``baseline``). Equality with vanilla is the ``matches_vanilla`` key when present, else equal
 answer text. Wall times and new-token counts are taken as recorded (our definitions: tokens/s per turn).
+
+Checks, each a one-line :class:`ValueError` naming the file, line, question and turn (``python -m harness.report``
+prints it as ``error: ...`` with exit status 2): a choice without ``turns``, ``new_tokens`` or ``wall_time``, or
+with fewer values than turns; a non-numeric value; a turn with an answer whose wall time is zero, negative or not
+finite (its tokens/s is undefined: refused, never dropped). ``"ERROR"`` turns (a failed generation, as Spec-Bench's
+``eval.py`` writes it) become ``status=error`` rows whatever their time. A folder holding answer files of several
+of our runs (the ``harness`` key's ``group``) with the same model id is refused: importing it would mix them.
+
+Export refuses a folder that already holds answer files (``*.jsonl``, searched as import searches) other than the
+ones this export rewrites from the same run: importing the folder later would mix two runs (``replace=True``
+rewrites the folder's answer files, removing the others).
 """
 
 from __future__ import annotations
@@ -77,27 +88,62 @@ def _accept_lengths(row: pd.Series) -> list[int]:
     return []
 
 
-def export_answers(rows: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+def _export_key(g: pd.DataFrame) -> str:
+    """Which rows an answer file was exported from: a hash of the run ids of its run group (the same run
+    exported again gives the same key; another run of the same configuration does not)."""
+    runs = sorted({str(r) for r in g["run_id"]}) if "run_id" in g else []
+    return hashlib.sha1("|".join(runs).encode()).hexdigest()[:12]
+
+
+def _exported_from(path: Path) -> str | None:
+    """The export key of an answer file (its first line's ``harness.export_of``), or ``None``."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "")
+        return (json.loads(first).get("harness") or {}).get("export_of") if first else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def export_answers(rows: pd.DataFrame, out_dir: str | Path, replace: bool = False) -> list[Path]:
     """Write Spec-Bench answer files for every (run group, decoder configuration) of ``rows``.
 
     Args:
         rows: result rows (ok rows are exported; a failed cell's turn becomes ``"ERROR"`` as in Spec-Bench).
         out_dir: folder for the files (one sub-folder per run group when there are several).
+        replace: remove the folder's other answer files instead of refusing them.
 
     Returns:
         The written files.
+
+    Raises:
+        ValueError: ``out_dir`` already holds answer files that this export would not rewrite from the same
+            run (another run's, or foreign ones): reading the folder back would mix them. Nothing is written.
     """
     rows = prepare(rows)
     out = Path(out_dir)
     several = rows["group"].nunique() > 1
-    written = []
+    plan: list[tuple[str, str, pd.DataFrame, Path]] = []
+    keys = {str(group): _export_key(g) for group, g in rows.groupby("group", sort=False)}
     for (group, label), g in rows.groupby(["group", "label"], sort=False):
         first = g.iloc[0]
         mid = model_id(first.get("target_model") or first.get("model") or "model", label, first.get("dtype"),
                        first.get("temperature"))
         folder = out / _slug(group) if several else out
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{mid}.jsonl"
+        plan.append((str(group), mid, g, folder / f"{mid}.jsonl"))
+    targets = {path.resolve(): keys[group] for group, _, _, path in plan}
+    existing = sorted(out.rglob("*.jsonl")) if out.is_dir() else []
+    foreign = [f for f in existing if targets.get(f.resolve()) is None or _exported_from(f) != targets[f.resolve()]]
+    if foreign and not replace:
+        shown = ", ".join(str(f) for f in foreign[:3]) + (f" (+{len(foreign) - 3} more)" if len(foreign) > 3 else "")
+        raise ValueError(f"{out} already holds Spec-Bench answer files of another run or export ({shown}); reading the "
+                         "folder back would mix the runs: export into an empty folder, or remove those files")
+    for f in foreign:
+        f.unlink()
+    written = []
+    for group, mid, g, path in plan:
+        first = g.iloc[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
         lines = []
         for sample_id, s in g.groupby("sample_id", sort=False):
             choices = []
@@ -121,7 +167,8 @@ def export_answers(rows: pd.DataFrame, out_dir: str | Path) -> list[Path]:
                 })
             harness = {k: norm(first.get(k)) for k in IDENTITY_KEYS if k in g}
             harness.update(sample_id=str(sample_id), decoder=str(first["decoder"]),
-                           decoder_params=first.get("decoder_params"), run_id=str(first.get("run_id")))
+                           decoder_params=first.get("decoder_params"), run_id=str(first.get("run_id")),
+                           group=group, export_of=keys[group])
             lines.append({
                 "question_id": _question_id(sample_id),
                 "category": str(first_not_null(s, "category") or first_not_null(s, "task") or ""),
@@ -180,11 +227,15 @@ def import_answers(paths: Sequence[str | Path], baseline: str | None = None, tas
         Rows with ``source = "spec_bench_import"``.
 
     Raises:
-        FileNotFoundError: nothing to read. ValueError: a file is not a Spec-Bench answer file, or the
-        baseline cannot be told (the message lists the model ids).
+        FileNotFoundError: nothing to read. ValueError (one line): a file is not a Spec-Bench answer file, a
+        choice lacks a per-turn list or holds a bad value (a wall time that is not positive, among others; see
+        the module docstring), one model id comes from files of several runs, or the baseline cannot be told
+        (the message lists the model ids).
     """
     files = _answer_files(paths)
     answers: dict[str, list[dict]] = {}
+    where: dict[int, str] = {}  # id(record) -> "file line N"
+    sources: dict[str, list[tuple[Path, str | None]]] = {}  # model_id -> (file, the run group it was exported from)
     for f in files:
         lines = []
         for i, line in enumerate(f.read_text(encoding="utf-8").splitlines()):
@@ -199,8 +250,24 @@ def import_answers(paths: Sequence[str | Path], baseline: str | None = None, tas
                 raise ValueError(f"{f} line {i + 1} is not a Spec-Bench answer (needs question_id, choices, "
                                  f"model_id)")
             lines.append(rec)
+            where[id(rec)] = f"{f} line {i + 1}"
         if lines:
             answers.setdefault(str(lines[0]["model_id"]), []).extend(lines)
+            h0 = lines[0].get("harness") or {}
+            group = h0.get("group") or (json.dumps({k: h0.get(k) for k in IDENTITY_KEYS}, sort_keys=True)
+                                        if h0 else None)
+            sources.setdefault(str(lines[0]["model_id"]), []).append((f, group))
+    for mid, src in sources.items():
+        groups = [g for _, g in src]
+        if len(src) > 1 and (None in groups or len(set(groups)) < len(groups)):
+            shown = ", ".join(str(f) for f, _ in src[:3]) + (", ..." if len(src) > 3 else "")
+            raise ValueError(f"model_id {mid} comes from {len(src)} answer files ({shown}) of different runs: "
+                             "importing them together would mix the runs; import one run's answer files at a time "
+                             "(one folder per run)")
+    problems = [p for mid, recs in answers.items() for rec in recs for p in _check_answer(rec, mid, where[id(rec)])]
+    if problems:
+        more = f" (and {len(problems) - 1} more such problems)" if len(problems) > 1 else ""
+        raise ValueError(f"{problems[0]}{more}")
     own = {mid for mid, ls in answers.items() if (ls[0].get("harness") or {}).get("decoder") == "vanilla"}
     if baseline is not None:
         base_ids = {m for m in answers if m == baseline or _slug(m) == _slug(baseline)}
@@ -272,6 +339,44 @@ def import_answers(paths: Sequence[str | Path], baseline: str | None = None, tas
     return frame
 
 
+def _check_answer(rec: dict[str, Any], mid: str, loc: str) -> list[str]:
+    """The problems of one answer line (see the module docstring), each a sentence naming where it is."""
+    out = []
+    choices = rec.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return [f"{loc} (question {rec.get('question_id')}, model_id {mid}): `choices` is not a non-empty list"]
+    for c, choice in enumerate(choices):
+        at = f"{loc} (question {rec.get('question_id')}, choice {c}, model_id {mid})"
+        turns = choice.get("turns") if isinstance(choice, dict) else None
+        if not isinstance(turns, list):
+            out.append(f"{at}: no `turns` list; a Spec-Bench answer records the answer text per turn")
+            continue
+        for key in ("new_tokens", "wall_time"):
+            vals = choice.get(key)
+            if not isinstance(vals, list):
+                out.append(f"{at}: no `{key}` list; a Spec-Bench answer records one value per turn "
+                           "(evaluation/eval.py), and tokens/s needs both new_tokens and wall_time")
+            elif len(vals) < len(turns):
+                out.append(f"{at}: {len(vals)} `{key}` values for {len(turns)} turns; one per turn is needed")
+        if out:
+            continue
+        for j, text in enumerate(turns):
+            try:
+                new, wall = int(choice["new_tokens"][j]), float(choice["wall_time"][j])
+            except (TypeError, ValueError):
+                out.append(f"{at}, turn {j}: new_tokens {choice['new_tokens'][j]!r} / wall_time "
+                           f"{choice['wall_time'][j]!r} are not numbers")
+                continue
+            if text == "ERROR":  # a failed generation: a status=error row, whatever its time
+                continue
+            if new < 0:
+                out.append(f"{at}, turn {j}: new_tokens {new} is negative")
+            if not (math.isfinite(wall) and wall > 0):
+                out.append(f"{at}, turn {j}: wall_time {wall!r} is not a positive time, so its tokens/s is undefined; "
+                           "fix or remove this answer (it is not dropped silently)")
+    return out
+
+
 def spec_bench_speed(method_file: str | Path, baseline_file: str | Path) -> dict[str, float]:
     """Spec-Bench ``speed.py``'s figures for one method file against a baseline file, with the baseline's
     recorded ``new_tokens`` standing in for re-tokenizing its text (``speed.py`` needs the tokenizer).
@@ -281,7 +386,13 @@ def spec_bench_speed(method_file: str | Path, baseline_file: str | Path) -> dict
         ``speed.py``).
     """
     def read(p: str | Path) -> list[dict]:
-        return [json.loads(line) for line in Path(p).read_text().splitlines() if line.strip()]
+        recs = [json.loads(line) for line in Path(p).read_text().splitlines() if line.strip()]
+        problems = [x for i, r in enumerate(recs)
+                    for x in _check_answer(r, str(r.get("model_id")), f"{p} record {i + 1}")]
+        if problems:
+            more = f" (and {len(problems) - 1} more such problems)" if len(problems) > 1 else ""
+            raise ValueError(problems[0] + more)
+        return recs
 
     method, base = read(method_file), read(baseline_file)
     speeds = [sum(d["choices"][0]["new_tokens"]) / sum(d["choices"][0]["wall_time"]) for d in method]

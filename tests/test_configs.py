@@ -42,7 +42,7 @@ def _yaml(group, name):
 def test_main_job_config():
     cfg = compose([])
     assert cfg.model.name == "qwen2.5-coder-1.5b"
-    assert cfg.model.dtype == "bfloat16"
+    assert cfg.model.dtype == "auto"      # bfloat16 where computed natively, else float32 (harness.models.resolve_dtype)
     assert cfg.task.name == "humaneval" and cfg.task.limit == 5
     assert cfg.runner.max_new_tokens == 128
     assert list(cfg.decoder) == ["vanilla", "speculative", "hf_assisted"]
@@ -52,7 +52,7 @@ def test_main_job_config():
 def test_model_configs_compose(model):
     cfg = compose([f"model={model}", "decoder=[vanilla]"])
     assert cfg.model.target.source
-    assert cfg.model.dtype in ("bfloat16", "float16", "float32")
+    assert cfg.model.dtype in C.DTYPES
 
 
 @pytest.mark.parametrize("task", _names("task"))
@@ -286,7 +286,7 @@ BOUNDS = [
     (["runner.warmup_tokens=0"], "runner.warmup_tokens=0: must be an integer >= 1"),
     (["runner.seed=-1"], "runner.seed=-1: must be an integer >= 0"),
     (["runner.sample_ids=HumanEval/0"], "runner.sample_ids='HumanEval/0': must be a non-empty list of sample ids"),
-    (["model.dtype=float8"], "model.dtype='float8': must be one of bfloat16, float16, float32"),
+    (["model.dtype=float8"], "model.dtype='float8': must be one of auto, bfloat16, float16, float32"),
     (["model.attn_implementation=fast"], "model.attn_implementation='fast': must be one of eager, sdpa"),
     (["model.target.seed=-1"], "model.target.seed=-1: must be an integer >= 0 or null"),
     (["+model.target.path=/x"], "model.target.path='/x': not used by source tiny_random"),

@@ -70,3 +70,61 @@ def test_bf16_run_on_a_cpu_without_bf16_units_is_flagged(tmp_path, monkeypatch, 
     # the report and the gate read rows through the same aggregation: the warning travels with the rows
     agg = metrics.aggregate(metrics.prepare(pd.DataFrame(rows)))
     assert any("torch emulates it" in w for w in metrics.run_warnings(agg)) is warned
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [(ZEN3, "float32"), (ZEN4, "bfloat16"), ("", "float32")])
+def test_dtype_auto_is_bfloat16_only_where_the_cpu_computes_it(monkeypatch, cpuinfo, expected):
+    """model.dtype=auto: bfloat16 on a CPU with bf16 units, float32 where torch would emulate it (or the flags
+    are unreadable); bfloat16 on CUDA; explicit names are taken as they are."""
+    import torch
+
+    import harness.results
+    from harness.models import resolve_dtype
+
+    monkeypatch.setattr(harness.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
+    assert resolve_dtype("auto", "cpu") == getattr(torch, expected)
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16 and resolve_dtype("float32", "cpu") == torch.float32
+    with pytest.raises(ValueError, match="auto"):
+        resolve_dtype("bf16", "cpu")
+
+
+@pytest.mark.parametrize("cpuinfo, expected", [(ZEN3, "float32"), (ZEN4, "bfloat16")])
+def test_dtype_auto_records_the_resolved_dtype_in_rows_and_meta(tmp_path, monkeypatch, cpuinfo, expected):
+    import harness.results
+
+    monkeypatch.setattr(harness.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
+    _run(tmp_path, "model.dtype=auto", "decoder=[vanilla,speculative]")
+    rows = _rows(tmp_path)
+    assert {r["dtype"] for r in rows} == {expected}
+    assert {r["native_half_precision"] for r in rows} == {True}      # auto never picks an emulated dtype
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["environment"]["dtype"] == expected
+    assert "torch emulates it" not in (tmp_path / "summary.md").read_text()
+
+
+def test_tuning_mismatches_names_decoders_tuned_on_another_dtype_or_machine(tmp_path):
+    from harness.config import TUNED_ON_PREFIX, tuning_mismatches
+
+    (tmp_path / "decoder").mkdir()
+    record = {"dtype": "bfloat16", "device_name": "AMD EPYC [25/17] (2 cores, avx2+avx512f+avx512_bf16)"}
+    (tmp_path / "decoder" / "speculative_tuned.yaml").write_text(
+        f"# header\n{TUNED_ON_PREFIX}{json.dumps(record)}\ngamma: 8\n")
+    (tmp_path / "decoder" / "speculative.yaml").write_text("gamma: 4\n")   # hand-written: no record, no claim
+    names = ["vanilla", "speculative", "speculative_tuned"]
+    assert tuning_mismatches(names, "bfloat16", record["device_name"], tmp_path) == []
+    [line] = tuning_mismatches(names, "float32", record["device_name"], tmp_path)
+    assert line.startswith("decoder speculative_tuned was tuned on another setup: dtype 'bfloat16' (this run: "
+                           "'float32')") and "device_name" not in line and "Re-tune here" in line
+    [line] = tuning_mismatches(names, "bfloat16", "AMD EPYC [25/1] (2 cores, avx2)", tmp_path)
+    assert "device_name" in line and "dtype" not in line
+
+
+def test_a_run_with_a_config_tuned_elsewhere_says_so_in_summary_and_meta(tmp_path):
+    """The committed *_tuned configs record bfloat16; a float32 tiny-model run of one is flagged, not refused."""
+    _run(tmp_path, "decoder=[vanilla,speculative_tuned]")
+    assert {r["status"] for r in _rows(tmp_path)} == {"ok"}
+    summary = (tmp_path / "summary.md").read_text()
+    assert "decoder speculative_tuned was tuned on another setup: dtype 'bfloat16' (this run: 'float32')" in summary
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert any("speculative_tuned" in n for n in meta["notes"])
