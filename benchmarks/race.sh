@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed race of issue 4: every decoder in one run (same process, same token ids, vanilla as the
+# The speed race: every decoder in one run (same process, same token ids, vanilla as the
 # paired reference), target Qwen2.5-Coder-1.5B-Instruct / draft 0.5B-Instruct in bfloat16, HumanEval,
 # 256 new tokens. Prints one table (summary.md) and writes the paper-style report next to the rows.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's held-out race (and issue 14's temperature-0.7 run), after the tuning step has written the
+# The held-out races (and the temperature-0.7 run), after the tuning step has written the
 # conf/decoder/*_tuned.yaml configs (docs/experiments.md, "Tuning protocol"): runs the presets in sequence,
 # each into a fixed folder under $OUT, then writes each one's report (tables + figures) and one report over the
 # three greedy races (one block of rows per task). Untimed smoke runs: pass overrides, e.g.

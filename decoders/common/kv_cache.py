@@ -28,7 +28,7 @@ def _check_editable(cache: DynamicCache) -> None:
 
 
 def check_rollback(model: Any, role: str, decoder: str) -> None:
-    """Refuse, at construction, a model whose KV cache cannot be rolled back (issue 12, edge inputs).
+    """Refuse, at construction, a model whose KV cache cannot be rolled back (edge inputs).
 
     Every decoder that rejects draft tokens removes their KV entries (:func:`crop`, :func:`keep_path`). The
     layers of the model's own ``DynamicCache`` (built from its config, as :func:`decoders.common.forward.new_cache`

@@ -1,0 +1,72 @@
+"""The README's headline table and the committed race report regenerate from the committed rows, byte for
+byte (benchmarks/headline.py --check), and the check fails on a hand edit of either."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import headline  # noqa: E402
+
+
+def test_headline_and_committed_report_are_up_to_date(capsys):
+    assert headline.main(["--check"]) == 0, capsys.readouterr().out[-3000:]
+
+
+def _copy_docs(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs" / "results", docs)
+    readme = tmp_path / "README.md"
+    shutil.copy(ROOT / "README.md", readme)
+    return readme, docs
+
+
+def test_a_hand_edited_headline_number_fails_the_check(tmp_path, capsys):
+    readme, docs = _copy_docs(tmp_path)
+    text = readme.read_text()
+    start, end = text.index(headline.BEGIN), text.index(headline.END)
+    block = text[start:end]
+    edited = block.replace("| 1.00", "| 1.01", 1)
+    assert edited != block
+    readme.write_text(text[:start] + edited + text[end:])
+    assert headline.main(["--check", "--readme", str(readme), "--docs", str(docs)]) == 1
+    assert "out of date" in capsys.readouterr().err
+
+
+def test_a_hand_edited_committed_report_fails_the_check(tmp_path, capsys):
+    readme, docs = _copy_docs(tmp_path)
+    main_md = next(docs.rglob("main.md"))
+    main_md.write_text(main_md.read_text().replace("|", "| ", 1))
+    assert headline.main(["--check", "--readme", str(readme), "--docs", str(docs)]) == 1
+
+
+def test_a_readme_without_markers_is_refused(tmp_path, capsys):
+    readme, docs = _copy_docs(tmp_path)
+    readme.write_text("# no markers\n")
+    assert headline.main(["--check", "--readme", str(readme), "--docs", str(docs)]) == 2
+    assert "markers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("decoder, params, label", [
+    ("speculative_tuned", {"_target_": "decoders.speculative.SpeculativeDecoder", "gamma": 8},
+     "speculative_tuned (gamma=8)"),
+    ("prompt_lookup_tuned", {"_target_": "decoders.prompt_lookup.PromptLookupDecoder", "max_ngram_size": 3,
+                             "num_draft_tokens": 20, "min_ngram_size": 1}, "prompt_lookup_tuned (n=3, draft tokens=20)"),
+    ("vanilla", {"_target_": "decoders.vanilla.VanillaDecoder"}, "vanilla"),
+])
+def test_settings_label_names_the_tuned_setting(decoder, params, label):
+    assert headline.settings_label(decoder, params) == label
+
+
+def test_settings_label_names_extensions_only_when_on():
+    base = {"_target_": "decoders.ouroboros.OuroborosDecoder", "gamma": 6, "window_size": 4, "ngram_size": 4,
+            "guess_set_size": 4, "topk": 3, "pool_scope": "sample", "seed": 0, "pool_from_prompt": False,
+            "free_draft_min_match": 0, "draft_vocab_size": 0, "stop_confidence": 0.0, "branch_confidence": 0.0,
+            "max_branches": 1}
+    assert headline.settings_label("ouroboros_tuned", base) == "ouroboros_tuned (gamma=6, W=4, N=4, G=4, topk=3)"
+    best = {**base, "pool_from_prompt": True, "free_draft_min_match": 3}
+    assert headline.settings_label("ouroboros_best_tuned", best) == \
+        "ouroboros_best_tuned (gamma=6, W=4, N=4, G=4, topk=3, prompt n-grams, free drafts from=3)"
