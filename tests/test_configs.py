@@ -181,7 +181,7 @@ def _conf_copy(tmp_path, edit):
 
 
 def test_misspelt_key_in_a_decoder_yaml_is_refused_at_compose_time(tmp_path):
-    """Issue 11 item 2: a decoder YAML with `gama: 8` ran gamma 4 and recorded gama=8."""
+    """Before: a decoder YAML with `gama: 8` ran gamma 4 and recorded gama=8."""
     def edit(conf):
         p = conf / "decoder" / "speculative.yaml"
         p.write_text(p.read_text().replace("gamma: 4", "gama: 8"))
@@ -212,7 +212,7 @@ def test_misspelt_key_in_a_task_runner_or_model_yaml_is_refused(tmp_path, group,
 
 
 @pytest.mark.parametrize("override,key,valid", [
-    # issue 11 item 2's reproducers: each exited 0 and recorded the value in the rows
+    # the reproducers: each exited 0 and recorded the value in the rows
     ("+decoder.speculative.temperature=0.7", "decoder.speculative.temperature", "gamma"),
     ("+decoder.hf_assisted.do_sample=true", "decoder.hf_assisted.do_sample", "num_assistant_tokens_schedule"),
     ("+decoder.speculative.batch_size=2", "decoder.speculative.batch_size", "gamma"),
@@ -323,7 +323,7 @@ def test_every_problem_is_reported_at_once():
 @pytest.mark.parametrize("arg,group", [("task=[humaneval,mbpp]", "task"),
                                        ("model=[tiny-random,smollm2-135m]", "model")])
 def test_list_for_a_single_choice_group_points_to_multirun(arg, group):
-    """Issue 11 item 3: `task=[humaneval,mbpp]` ran only MBPP without a word."""
+    """Before: `task=[humaneval,mbpp]` ran only MBPP without a word."""
     names = arg.split("=")[1].strip("[]")
     hint = f"python run.py -m {group}={names}"
     with pytest.raises(ConfigError, match=hint.replace(".", r"\.")):
@@ -371,7 +371,7 @@ def nothing_may_load(monkeypatch):
 @pytest.mark.parametrize("overrides,line", [b for b in BOUNDS if not b[0][0].startswith("+")],
                          ids=[b[1].split(":")[0] for b in BOUNDS if not b[0][0].startswith("+")])
 def test_main_job_refuses_before_reading_data_or_loading_models(overrides, line, tmp_path, nothing_may_load):
-    """Issue 10 item 4: `decoder.speculative.gamma=0` printed a traceback only after both models loaded."""
+    """Before: `decoder.speculative.gamma=0` printed a traceback only after both models loaded."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = hydra_compose("config", overrides=["model=tiny-random", "decoder=[vanilla,speculative]", *overrides,
                                                   f"+output_dir={tmp_path / 'run'}"])

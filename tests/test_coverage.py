@@ -1,4 +1,4 @@
-"""Issue 21, the tables: every cell accounted for (harness/coverage.py through harness.metrics and
+"""Every cell accounted for in the tables (harness/coverage.py through harness.metrics and
 harness.report). Each reproducer of items 1, 2, 4 and 5 is a test on fixture rows with known answers; each
 failed on the code before the issue (hidden coverage, pooled unpaired rows, duplicates counted twice, compare
 over different samples)."""

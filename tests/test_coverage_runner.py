@@ -1,4 +1,4 @@
-"""Issue 21 ("Every cell accounted for"), items 3, 6, 8 and 9: the runner, tune.py and the Spec-Bench exchange
+"""Every cell accounted for: the runner, tune.py and the Spec-Bench exchange
 never turn a failed, unpaired or mixed cell into a figure without a word.
 
 * item 3: a conversation whose earlier turn has no answer (the decoder's, or vanilla's) is not continued on
@@ -73,7 +73,7 @@ def _by_cell(rows):
 
 
 def test_a_decoders_failed_first_turn_skips_its_second_turn_and_resume_retries_both(tmp_path, monkeypatch):
-    # issue 21 item 3: speculative failed on question 82's first turn, and its second turn was then asked with
+    # before: speculative failed on question 82's first turn, and its second turn was then asked with
     # another history (an empty first answer), yet paired with vanilla: equality_check=exact, matches_vanilla
     from decoders import speculative
 
@@ -105,7 +105,7 @@ def test_a_decoders_failed_first_turn_skips_its_second_turn_and_resume_retries_b
 
 
 def test_vanillas_failed_first_turn_leaves_no_second_turn_paired_with_another_history(tmp_path, monkeypatch):
-    # issue 21 item 3, vanilla's side: vanilla's second turn was built from an empty first answer and the
+    # vanilla's side: vanilla's second turn was built from an empty first answer and the
     # decoders' second turns were compared with it (equality_check=exact)
     from decoders import vanilla
 
@@ -126,7 +126,7 @@ def test_vanillas_failed_first_turn_leaves_no_second_turn_paired_with_another_hi
 
 # ---------------------------------------------------------------------------------- item 9: the runner
 def test_a_shards_summary_says_what_it_covers(tmp_path):
-    # issue 21 item 9: summary.md said `shard=0/2` over a table that reads like the whole task
+    # before: summary.md said `shard=0/2` over a table that reads like the whole task
     _run(tmp_path, "decoder=[vanilla]", "task.limit=3", "runner.shard=0/2", "runner.max_new_tokens=4")
     md = (tmp_path / "summary.md").read_text()
     assert "shard=0/2 (2 of 3 samples)" in md
@@ -143,7 +143,7 @@ def no_models(monkeypatch):
 
 
 def test_an_empty_data_file_is_refused_before_any_model_loads(tmp_path, no_models):
-    # issue 21 item 9: an empty data file loaded the models and exited 3 naming a results.jsonl never written
+    # before: an empty data file loaded the models and exited 3 naming a results.jsonl never written
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(ConfigError, match=r"no samples to run: the task data \(.*empty.jsonl\) holds no records"):
@@ -163,7 +163,7 @@ def test_a_corrupt_data_file_and_an_empty_shard_are_one_line_before_any_model_lo
 
 @pytest.mark.parametrize("case", ["sample_ids", "empty"])
 def test_run_py_refuses_with_one_error_line_and_exit_2(case, tmp_path):
-    # issue 21 item 9: an unknown runner.sample_ids entry was a Hydra traceback with exit status 1
+    # before: an unknown runner.sample_ids entry was a Hydra traceback with exit status 1
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     arg = "runner.sample_ids=[HumanEval/7]" if case == "sample_ids" else f"task.data_path={empty}"
@@ -188,7 +188,7 @@ def _set(run: Path, **values) -> None:
 
 
 def test_tune_refuses_runs_of_different_dtypes_and_tasks_one_line_each(tmp_path, capsys):
-    # issue 21 item 6: a float32 HumanEval sweep and a bfloat16 MBPP sweep gave one averaged score, exit 0,
+    # before: a float32 HumanEval sweep and a bfloat16 MBPP sweep gave one averaged score, exit 0,
     # and a header reading "dtype bfloat16, float32"
     grid = {k: v for k, v in GRID.items() if k != "speculative_g8"}   # no divergence (float32 would refuse it)
     humaneval, mbpp = _tuning_runs(tmp_path / "runs", grid)
@@ -271,7 +271,7 @@ def _answers(d: Path, method_line: str) -> Path:
     ({"new_tokens": ["many"]}, r"turn 0: new_tokens 'many' / wall_time 1.0 are not numbers"),
 ])
 def test_spec_bench_import_refuses_bad_times_with_one_line(bad, message, tmp_path, capsys):
-    # issue 21 item 8: a missing wall_time was a KeyError traceback; a zero time dropped the question silently
+    # before: a missing wall_time was a KeyError traceback; a zero time dropped the question silently
     from harness import report
     from harness.specbench import import_answers
 
@@ -301,7 +301,7 @@ def test_spec_bench_error_turns_import_as_failed_cells_whatever_their_time(tmp_p
 
 
 def test_spec_bench_export_refuses_a_folder_holding_another_runs_answers(tmp_path):
-    # issue 21 item 8: exporting two runs into one folder silently mixed (or overwrote) them
+    # before: exporting two runs into one folder silently mixed (or overwrote) them
     from harness import report
     from harness.specbench import export_answers, import_answers
 

@@ -1,4 +1,4 @@
-"""Contracts every decoder keeps (issue 12 "edge inputs", issue 13 "prefill made visible").
+"""Contracts every decoder keeps.
 
 * per-step counters add up to the kept tokens, also when an EOS id arrives inside an accepted draft;
 * an empty prompt gives one clear ``ValueError``;

@@ -1,4 +1,4 @@
-"""Issue 13's experiment presets and the tuning step (benchmarks/tune.py).
+"""The experiment presets and the tuning step (benchmarks/tune.py).
 
 * Every ``conf/experiment`` preset composes with Hydra and passes the schema validation that ``run.py`` runs
   before anything (``harness.app.precheck``: every sweep value of ``hydra.sweeper.params``), without loading a

@@ -31,7 +31,7 @@ def test_hf_assisted_state_does_not_leak(target, noisy_draft, eos_ids, prompt_id
     assert [s.target_tokens_fed for s in first.steps] == [s.target_tokens_fed for s in again.steps]
 
 
-# --- tuning knobs reach transformers (issue 13 item 1) -------------------------------------------------------
+# --- tuning knobs reach transformers -------------------------------------------------------
 
 def _drafted(result):
     """Drafted tokens per target forward (transformers drafts before its first forward too)."""

@@ -62,7 +62,7 @@ def test_pass_at_1_executes_tests():
 
 # ------------------------------------------------------------------------------ selection (dev / held-out)
 def test_offset_selects_problems_from_20_on():
-    """Issue 13's held-out race: HumanEval problems from 20 on, a fixed selection; ids stay the task's own."""
+    """The held-out race: HumanEval problems from 20 on, a fixed selection; ids stay the task's own."""
     task = HumanEval(offset=20, limit=40)
     assert [s.sample_id for s in task.samples()] == [f"HumanEval/{i}" for i in range(20, 60)]
     assert [s.sample_id for s in HumanEval(limit=20).samples()] == [f"HumanEval/{i}" for i in range(20)]
@@ -126,8 +126,8 @@ def test_stop_style_decides_pass_at_1_with_a_helper():
 
 # ----------------------------------------------------------------------- execution (the shared executor)
 @pytest.mark.parametrize("body", [
-    "    import mmap\n    _m = mmap.mmap(-1, 5 * 1024 ** 3)\n",  # issue 12: a 5 GiB allocation "passed"
-    "    open({outside!r}, 'w').write('x')\n",  # issue 12: files could be written
+    "    import mmap\n    _m = mmap.mmap(-1, 5 * 1024 ** 3)\n",  # Before: a 5 GiB allocation "passed"
+    "    open({outside!r}, 'w').write('x')\n",  # Before: files could be written
     "    import os\n    os.system('touch {outside}')\n",
     "    print('passed')\n    import os\n    os._exit(0)\n",
 ])

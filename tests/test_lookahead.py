@@ -108,7 +108,7 @@ def test_eos_inside_accepted_ngram(target, prompt_ids, vanilla):
         )
         assert res.token_ids == ref and ref[-1] == eos and eos not in ref[:-1]
         # The EOS arrived inside an accepted n-gram: the n-gram is cut just after it, no bonus token follows, and
-        # the per-step counters add up to the kept tokens (issue 12: it used to report the whole n-gram + bonus).
+        # the per-step counters add up to the kept tokens.
         last = res.steps[-1]
         assert last.source == {"ngram": last.accepted, "bonus": 0} and last.emitted == last.accepted
         assert sum(s.emitted for s in res.steps) == len(res.token_ids)

@@ -352,7 +352,7 @@ def test_pool_from_prompt_must_be_bool(target, noisy_draft):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Cheaper drafting options (issue 13): each lossless, each visibly acting on its counters.
+# Cheaper drafting options: each lossless, each visibly acting on its counters.
 # ---------------------------------------------------------------------------------------------------
 
 BASE = dict(gamma=5, window_size=4, ngram_size=4, guess_set_size=4, topk=3)

@@ -77,7 +77,7 @@ def test_eos_inside_accepted_draft(target, prompt_ids, vanilla):
         )
         assert got.token_ids == ref and ref[-1] == eos and eos not in ref[:-1]
         # Drafts are cut just after an EOS: the EOS is the last accepted draft token, the bonus is dropped and
-        # not counted, so the steps add up to the kept tokens (issue 12).
+        # not counted, so the steps add up to the kept tokens.
         last = got.steps[-1]
         assert last.accepted >= 1 and last.source["bonus"] == 0 and last.emitted == last.accepted
         assert sum(s.emitted for s in got.steps) == len(ref)

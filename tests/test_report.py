@@ -1,5 +1,5 @@
 """harness.metrics (the one aggregation), harness.report (tables, comparison) and plots (figures from frames):
-known numbers from fixture rows, the issue-11/15 reproducers, and the layering; no torch."""
+known numbers from fixture rows, the reproducers of earlier bugs, and the layering; no torch."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_intervals_over_repeats_and_samples(tmp_path):
     assert 0 < spec["speedup_repeat_std"] < 0.2
 
 
-# ------------------------------------------------------------------------------------------------ issue 11.4
+# -----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("task, columns", [("gsm8k", ["accuracy"]), ("cnn_dm", ["rouge1", "rouge2", "rougeL"])])
 def test_report_shows_the_quality_columns_summary_csv_shows(task, columns, tmp_path):
     # Reproducer: the paper report of a GSM8K run had no accuracy column, that of a CNN/DM run no ROUGE,
@@ -192,7 +192,7 @@ def test_quality_columns_declared_or_found():
     assert metrics.quality_columns(rows) == ["my_score"]                     # declared in the rows
 
 
-# ------------------------------------------------------------------------------------------------ issue 11.5
+# -----------------------------------------------------------------------------------------------------------
 def test_runs_of_different_code_versions_are_two_groups(tmp_path, capsys):
     # Reproducer: `python -m harness.report A B` on two runs of the same config from different code versions
     # reported their mean (70.9 and 141.7 tokens/s shown as 106.3). Now: two groups, never pooled.
@@ -252,14 +252,14 @@ def test_compare_two_runs_paired_by_sample(tmp_path, capsys):
     # other samples in B: the bootstrap is unpaired, and it says so
     c = write_run(tmp_path / "C", fixture_rows("c", tasks=["humaneval"], n=5))
     cmp2, _ = report.write_compare(a, c)
-    # issue 21 item 5: compared on the 5 samples both runs hold (it was an unpaired bootstrap of 8 against 5),
+    # Before: compared on the 5 samples both runs hold (it was an unpaired bootstrap of 8 against 5),
     # and it says so
     spec2 = cmp2.set_index("label").loc["speculative"]
     assert (spec2["samples_a"], spec2["samples_b"], spec2["common_samples"]) == (8, 5, 5) and spec2["paired"]
     assert "compared on the 5 both cover" in spec2["note"]
 
 
-# ------------------------------------------------------------------------------------------------ issue 11.8
+# -----------------------------------------------------------------------------------------------------------
 def test_estimator_disagreement_and_load_warn_in_the_summary(tmp_path):
     # Reproducer: a loaded machine printed mean-of-ratios 3.91 vs ratio of totals 1.30 with no warning.
     factors = [4.0, 1.0] * 5
@@ -278,7 +278,7 @@ def test_estimator_disagreement_and_load_warn_in_the_summary(tmp_path):
     assert quiet.attrs["warnings"] == [] and "Warnings" not in metrics.to_markdown(quiet)
 
 
-# ------------------------------------------------------------------------------------------------ issue 15.1-3
+# -------------------------------------------------------------------------------------------------------------
 def test_summary_rows_are_tidy_and_concatenate(tmp_path):
     # Reproducer: summary.csv had no task, model pair, dtype or hyper-parameter columns, so the summaries of
     # a gamma sweep concatenated lost which gamma was which.
@@ -300,7 +300,7 @@ def _tex_rows(tex: str) -> list[list[str]]:
 
 
 def test_race_latex_table_has_one_row_per_decoder(tmp_path):
-    # Issue 15 acceptance: main.tex of the 9-decoder race was one row of 38 `l` columns.
+    # Before: main.tex of the 9-decoder race was one row of 38 `l` columns.
     if not RACE.joinpath("results.jsonl").is_file():
         pytest.skip("reference race rows not present")
     report.write_report([RACE], tmp_path / "rep")
@@ -308,7 +308,7 @@ def test_race_latex_table_has_one_row_per_decoder(tmp_path):
     decoders = list(dict.fromkeys(json.loads(line)["decoder"] for line in RACE.joinpath("results.jsonl").open()))
     assert len(decoders) == 9
     spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", tex).group(1)
-    assert spec == "l" + "r" * 6                         # decoder | samples tok/s speedup tau alpha eq. (issue 21)
+    assert spec == "l" + "r" * 6                         # decoder | samples tok/s speedup tau alpha eq.
     rows = _tex_rows(tex)
     assert [r[0].replace("\\_", "_") for r in rows] == decoders    # decoders as rows, in run order
     assert all(len(r) == len(spec) for r in rows)
@@ -339,7 +339,7 @@ def test_per_category_tables(task, column, cats, tmp_path):
     written = report.write_report([write_run(tmp_path / "run", rows)], tmp_path / "rep")
     assert {"category.md", "category.tex", "category.csv"} <= set(written)
     md = (tmp_path / "rep" / "category.md").read_text().splitlines()
-    assert md[0] == "| decoder | " + " | ".join(cats) + " | overall | samples |"   # samples: issue 21
+    assert md[0] == "| decoder | " + " | ".join(cats) + " | overall | samples |"
     spec = next(line for line in md if line.startswith("| speculative"))
     assert [c.strip() for c in spec.strip("|").split("|")][1:] == ["1.50", "2.00", "2.50", "3.00", "2.25", "8"]
     assert len(_tex_rows((tmp_path / "rep" / "category.tex").read_text())) == 2
@@ -375,7 +375,7 @@ def frames(sweep):
 
 
 def test_figures_are_readable(frames):
-    # Issue 15.4: legends over the bars, repeating colours, `ngram_size=3.0`, ticks like 2.5, no error bars on
+    # Before: legends over the bars, repeating colours, `ngram_size=3.0`, ticks like 2.5, no error bars on
     # tau, no model pair / dtype / hardware on any figure.
     rows, agg, fr = frames
     sub = report.subtitle(agg)
@@ -568,7 +568,7 @@ def _imports(folder: Path) -> dict[str, set[str]]:
 
 
 def test_layers_read_bottom_up():
-    # Issue 11.11: report and plots imported each other; harness/ must be imported by nothing below it.
+    # Before: report and plots imported each other; harness/ must be imported by nothing below it.
     for layer in ("decoders", "tasks", "plots"):
         for path, names in _imports(ROOT / layer).items():
             assert not [n for n in names if n.split(".")[0] == "harness"], f"{path} imports the harness"
@@ -656,7 +656,7 @@ def test_real_shards_merge_and_other_settings_never_pool(tmp_path):
 
 
 def test_real_sampled_runs_over_seeds_are_one_row_per_decoder(tmp_path):
-    # Issue 14 item 3 on real rows: runs that differ only in runner.seed are one group (one row per decoder),
+    # Before: runs that differ only in runner.seed are one group (one row per decoder),
     # equality is n/a (never divergent), speedups stay paired within each seed's run.
     for seed in (0, 1, 2):
         _runner(tmp_path / "seeds" / str(seed), "runner.temperature=0.7", f"runner.seed={seed}")
@@ -745,7 +745,7 @@ def test_t_quantile_matches_tables():
 
 
 def test_decode_speedup_ttft_and_prefill_share(tmp_path):
-    # Issue 13 item 4: a prefill of 40 % of vanilla's wall time, the same for every decoder; speculative is 2x
+    # Before: a prefill of 40 % of vanilla's wall time, the same for every decoder; speculative is 2x
     # end to end, so its decode-only speedup is larger: (w_v - t) / (w_s - t) per sample.
     rows = fixture_rows("p", tasks=["humaneval"], ttft_share=0.4)
     run = write_run(tmp_path / "run", rows)

@@ -63,7 +63,7 @@ def test_vanilla_is_always_run(tmp_path):
 
 
 def test_every_cell_too_long_exits_nonzero_saying_nothing_was_measured(tmp_path, capsys):
-    # issue 12: a run whose every cell is prompt_too_long exited 0
+    # Before: a run whose every cell is prompt_too_long exited 0
     with pytest.raises(SystemExit) as e:
         _run(tmp_path, "decoder=[vanilla]", "model.target.config.max_position_embeddings=64")
     assert e.value.code == 3
@@ -75,7 +75,7 @@ def test_every_cell_too_long_exits_nonzero_saying_nothing_was_measured(tmp_path,
 
 
 def test_prompt_longer_than_the_drafts_context_is_recorded(tmp_path):
-    # issue 12: the draft's max_position_embeddings was never checked (status ok)
+    # Before: the draft's max_position_embeddings was never checked (status ok)
     _run(tmp_path, "decoder=[vanilla,speculative,prompt_lookup]", "model.draft.config.max_position_embeddings=64")
     by = {(r["sample_id"], r["decoder"]): r for r in _rows(tmp_path)}
     assert len(by) == 6
@@ -98,7 +98,7 @@ def _humaneval_file(path: Path, first_prompt: str | None = None, n: int = 2) -> 
 
 
 def test_empty_first_prompt_gets_a_status_row_and_does_not_break_warmup(tmp_path):
-    # issue 12: an empty prompt as the first sample crashed the warm-up with no row written
+    # Before: an empty prompt as the first sample crashed the warm-up with no row written
     data = _humaneval_file(tmp_path / "he.jsonl", first_prompt="")
     _run(tmp_path / "run", "decoder=[vanilla,speculative,prompt_lookup,lookahead]", f"task.data_path={data}",
          "runner.warmup=1")
@@ -121,7 +121,7 @@ def test_all_prompts_empty_exits_nonzero(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------------- order and repeats
 def test_repeats_and_rotated_order(tmp_path):
-    # issue 11 item 7: vanilla always ran first and nothing was repeated
+    # Before: vanilla always ran first and nothing was repeated
     decoders = ["vanilla", "speculative", "prompt_lookup"]
     _run(tmp_path, f"decoder=[{','.join(decoders)}]", "task.limit=3", "runner.repeats=2")
     rows = _rows(tmp_path)
@@ -256,7 +256,7 @@ COUNTERS = ("new_tokens", "num_steps", "num_accepted", "num_drafted", "token_ids
 
 
 def test_two_shards_together_equal_the_unsharded_run(tmp_path):
-    # issue 15 item 5: one task split over jobs, vanilla in every shard
+    # Before: one task split over jobs, vanilla in every shard
     args = ("decoder=[vanilla,speculative,prompt_lookup]", "task.limit=5")
     _run(tmp_path / "all", *args)
     _run(tmp_path / "s0", *args, "runner.shard=0/2")

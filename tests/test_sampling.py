@@ -157,7 +157,7 @@ def test_sampled_speculative_accepts_drafts(target, noisy_draft, eos_ids, prompt
 
 
 class _GreedyOnlyDecoder:
-    """A decoder that does not declare ``supports_sampling`` (every shipped decoder samples since issue 14)."""
+    """A decoder that does not declare ``supports_sampling``."""
 
     name = "greedy_only"
 

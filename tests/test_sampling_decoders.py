@@ -1,4 +1,4 @@
-"""Every sampling decoder draws from the target's own distribution (issue 14: distribution tests).
+"""Every sampling decoder draws from the target's own distribution.
 
 Tiny float32 models with an 8-id vocabulary (:func:`sampling_stats.tiny_model`): the exact distribution of
 the first ``MAX_NEW = 3`` tokens (cut after the EOS id 7) is enumerated as the product of the target's

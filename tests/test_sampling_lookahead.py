@@ -1,4 +1,4 @@
-"""Lookahead decoding and Ouroboros sample from the target's own distribution (issue 14, phase 2).
+"""Lookahead decoding and Ouroboros sample from the target's own distribution.
 
 Same method as test_sampling_decoders.py (:mod:`sampling_stats`): tiny float32 models with an 8-id vocabulary,
 the exact distribution of the first ``LOOKAHEAD_NEW`` / ``OUROBOROS_NEW`` tokens (cut after the EOS id 7)

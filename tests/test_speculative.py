@@ -70,7 +70,7 @@ def test_eos_inside_accepted_draft(target, eos_ids, prompt_ids):
     assert result.token_ids == expected
     assert VanillaDecoder(target, eos_token_ids={stop}).generate(ids, 30).token_ids == expected
     # It was accepted as a draft token, not as the step's bonus token, and decoding stopped right there: the bonus
-    # token after it is neither kept nor counted, so the steps add up to the kept tokens (issue 12).
+    # token after it is neither kept nor counted, so the steps add up to the kept tokens.
     last = result.steps[-1]
     assert last.source == {"draft": last.accepted, "bonus": 0} and last.emitted == last.accepted >= 1
     assert sum(s.emitted for s in result.steps) == len(expected)

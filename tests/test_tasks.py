@@ -254,7 +254,7 @@ def _harness_subprocess(program: str, **kwargs) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("allow_processes", [False, True])
 def test_program_killing_its_parent_does_not_kill_the_harness(allow_processes):
-    """Issue 12: `os.kill(os.getppid(), 9)` killed the harness run (exit 137). Now the guard refuses os.kill,
+    """Before: `os.kill(os.getppid(), 9)` killed the harness run (exit 137). Now the guard refuses os.kill,
     and when processes are allowed the parent is the supervisor, not the harness: the run goes on and the
     sample is an error."""
     program = "import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(30)\n"
@@ -286,7 +286,7 @@ def test_program_killing_its_parent_does_not_kill_the_harness(allow_processes):
     "import ctypes",
 ])
 def test_shell_subprocess_and_writes_outside_the_temp_folder_are_blocked(action, tmp_path):
-    """Issue 12: shell commands, subprocesses and file writes ran freely. They raise in the program now
+    """Before: shell commands, subprocesses and file writes ran freely. They raise in the program now
     (the sample is an error) and nothing outside its temp folder changes."""
     target = tmp_path / "escaped.txt"
     existing = tmp_path / "keep.txt"
@@ -314,7 +314,7 @@ def test_writes_inside_the_temp_folder_work():
 
 @pytest.mark.parametrize("tail,status", [("while True:\n    pass\n", "timeout"), ("assert 1 + 1 == 2\n", "passed")])
 def test_detached_child_holding_the_pipes_does_not_stall_the_sample(tail, status, tmp_path):
-    """Issue 12: a child in its own session holding stdout/stderr made a 3 s sample take 25 s. Now the
+    """Before: a child in its own session holding stdout/stderr made a 3 s sample take 25 s. Now the
     sample ends within the timeout plus a small slack and the detached child is killed."""
     pid_file = tmp_path / "detached.pid"
     program = ("import subprocess, sys\n"
@@ -331,7 +331,7 @@ def test_detached_child_holding_the_pipes_does_not_stall_the_sample(tail, status
 
 
 def test_same_group_child_holding_stdout_does_not_turn_a_pass_into_timeout(tmp_path):
-    """Issue 12: a passing program whose (same-group) child kept stdout open was scored `timeout`."""
+    """Before: a passing program whose (same-group) child kept stdout open was scored `timeout`."""
     pid_file = tmp_path / "child.pid"
     program = ("import subprocess, sys, os, time\n"
                f"subprocess.Popen([sys.executable, '-c', {_sleeper(pid_file)!r}])\n"
@@ -352,7 +352,7 @@ def test_same_group_child_holding_stdout_does_not_turn_a_pass_into_timeout(tmp_p
     "print('all tests passed')\nassert False\n",
 ])
 def test_printing_a_pass_marker_is_not_passing(program):
-    """Issue 12: a program that printed the pass marker itself was scored `passed`. The verdict now comes
+    """Before: a program that printed the pass marker itself was scored `passed`. The verdict now comes
     from exit statuses only."""
     assert run_program(program, timeout_s=5.0).status in ("error", "failed")
 
@@ -370,8 +370,8 @@ def test_memory_limit(program, error):
 
 # ----------------------------------------------------------------------------------------------- GSM8K
 @pytest.mark.parametrize("completion,expected", [
-    # the formats models really write (issue 12): LaTeX, boxed, currency, percentages, units, signs, decimals
-    ("The answer is $9{,}500.", "9500"),  # issue 12's example (was read as 9)
+    # the formats models really write: LaTeX, boxed, currency, percentages, units, signs, decimals
+    ("The answer is $9{,}500.", "9500"),  # the example (was read as 9)
     ("The answer is \\boxed{9{,}500}.", "9500"),
     ("So the total is \\boxed{42}.", "42"),
     ("She pays \\boxed{\\$1,200} in total.", "1200"),
@@ -484,7 +484,7 @@ def test_rouge_known_pairs():
 
 
 def test_rouge_lsum_is_summary_level():
-    """Issue 12: only sentence-level rougeL was reported. rougeLsum is the summary-level ROUGE-L (union LCS
+    """Before: only sentence-level rougeL was reported. rougeLsum is the summary-level ROUGE-L (union LCS
     per reference sentence over newline-separated sentences; rouge-score's name), computed on the summary
     split into sentences: here the two sentences come in the other order, so the single LCS of rougeL
     covers one of them (F = 0.5) while every sentence matches at summary level (F = 1)."""
@@ -625,7 +625,7 @@ def bos_tokenizer(template_writes_bos: bool = False, appends_eos: bool = False):
 
 
 def test_completion_prompts_get_the_tokenizers_bos():
-    """Issue 12: prompts were encoded with add_special_tokens=False, so a tokenizer that adds BOS lost it."""
+    """Before: prompts were encoded with add_special_tokens=False, so a tokenizer that adds BOS lost it."""
     tok = bos_tokenizer()
     bos = tok.bos_token_id
     plain = tok("def f():", add_special_tokens=False).input_ids
@@ -697,7 +697,7 @@ def test_tasks_declare_turn_markers_as_stop_ids_in_chat_style(mt_file, gsm8k_fil
 
 
 def test_fake_user_turn_does_not_reach_the_turn_2_prompt(mt_file, tmp_path, monkeypatch):
-    """Issue 12: a model that writes `<|im_start|>user ...` after its answer carried the fake user turn into
+    """Before: a model that writes `<|im_start|>user ...` after its answer carried the fake user turn into
     the turn-2 prompt. The app now adds the template's turn markers to the stop ids: generation ends at
     `<|im_start|>` and the answer is cut there. End to end through the app, with a scripted decoder."""
     from hydra import compose, initialize_config_dir
@@ -776,7 +776,7 @@ def test_shared_mbpp_split_sizes():
     (MTBench, {"question_id": 81, "category": "writing", "turns": ["t"]}),
 ])
 def test_corrupt_jsonl_names_file_and_line(cls, good, tmp_path):
-    """Issue 12: a corrupt JSONL data file's error did not name the file."""
+    """Before: a corrupt JSONL data file's error did not name the file."""
     path = tmp_path / "data.jsonl"
     path.write_text(json.dumps(good) + "\n\n" + '{"question": "cut off here' + "\n", encoding="utf-8")
     with pytest.raises(DataFormatError) as err:
