@@ -14,8 +14,9 @@ config (``_target_`` and hyper-parameters) is read from the run folder's ``meta.
 ``decoder_params``.
 
 Families, by ``_target_``: ``speculative``, ``lookahead``, ``prompt_lookup``, ``hf_assisted``, ``ouroboros``
-(paper-faithful points only: no prompt n-grams, every cheaper-drafting option off) and ``ouroboros_best`` (every
-Ouroboros point). ``vanilla`` and ``hf_greedy`` are references, never tuned. Warm points (``pool_scope: task``)
+(paper-faithful points only: no prompt n-grams, every cheaper-drafting option off), ``ouroboros_best`` (every
+Ouroboros point), ``opt_tree`` (paper-faithful: neither cost-aware nor hybrid) and ``opt_tree_best`` (every
+OPT-Tree point). ``vanilla`` and ``hf_greedy`` are references, never tuned. Warm points (``pool_scope: task``)
 are not eligible: in the held-out race's second repeat a warm pool would see the sample again.
 
 Selection per family, among the points whose output equals vanilla on every dev sample: the highest score, where
@@ -72,7 +73,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from harness import metrics  # noqa: E402
-from harness.config import SCHEMAS, TUNED_ON_PREFIX, OuroborosConfig, tuned_on  # noqa: E402
+from harness.config import SCHEMAS, TUNED_ON_PREFIX, OptTreeConfig, OuroborosConfig, tuned_on  # noqa: E402
 from harness.report import load_rows  # noqa: E402
 from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS  # noqa: E402
 
@@ -83,15 +84,23 @@ FAMILIES_OF_TARGET: dict[str, tuple[str, ...]] = {
     "decoders.prompt_lookup.PromptLookupDecoder": ("prompt_lookup",),
     "decoders.hf_assisted.HFAssistedDecoder": ("hf_assisted",),
     "decoders.ouroboros.OuroborosDecoder": ("ouroboros", "ouroboros_best"),
+    "decoders.opt_tree.OptTreeDecoder": ("opt_tree", "opt_tree_best"),
 }
-FAMILIES = ("speculative", "lookahead", "prompt_lookup", "hf_assisted", "ouroboros", "ouroboros_best")
+FAMILIES = ("speculative", "lookahead", "prompt_lookup", "hf_assisted", "ouroboros", "ouroboros_best", "opt_tree",
+            "opt_tree_best")
 #: Decoders that are references of the race, never tuned.
 REFERENCE_TARGETS = ("decoders.vanilla.VanillaDecoder", "decoders.hf_assisted.HFGreedyDecoder")
 #: Ouroboros options that are not in the paper (Zhao et al. 2024): a point with any of them away from its
 #: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest are cheaper-drafting options).
 OUROBOROS_EXTENSIONS = ("pool_from_prompt", "free_draft_min_match", "draft_vocab_size", "stop_confidence",
                         "branch_confidence", "max_branches")
-_OURO_DEFAULTS = {f.name: f.default for f in fields(OuroborosConfig)}
+#: Options of OPT-Tree that are not in the paper (Wang et al. 2024): the cost-aware rule and the hybrid tree.
+OPT_TREE_EXTENSIONS = ("cost_aware", "copy_tokens", "draft_on_copy")
+#: Paper-faithful family -> (its schema's defaults, the options that must stay at them).
+PAPER_FAITHFUL = {
+    "ouroboros": ({f.name: f.default for f in fields(OuroborosConfig)}, OUROBOROS_EXTENSIONS),
+    "opt_tree": ({f.name: f.default for f in fields(OptTreeConfig)}, OPT_TREE_EXTENSIONS),
+}
 #: Config keys that are not hyper-parameters (harness.metrics.NON_PARAM_KEYS).
 META_KEYS = metrics.NON_PARAM_KEYS
 #: HumanEval problems of the dev split: 0-19. The held-out race starts at 20.
@@ -180,9 +189,9 @@ def family_of(family: str, target: str, params: dict[str, Any]) -> bool:
     """Whether a point (``_target_`` and hyper-parameters) belongs to ``family``."""
     if family not in FAMILIES_OF_TARGET.get(target, ()):
         return False
-    if family == "ouroboros":
-        return all(metrics.norm(params.get(k, _OURO_DEFAULTS[k])) == metrics.norm(_OURO_DEFAULTS[k])
-                   for k in OUROBOROS_EXTENSIONS)
+    if family in PAPER_FAITHFUL:
+        defaults, extensions = PAPER_FAITHFUL[family]
+        return all(metrics.norm(params.get(k, defaults[k])) == metrics.norm(defaults[k]) for k in extensions)
     return True
 
 

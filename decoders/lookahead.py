@@ -11,7 +11,8 @@ every step feeds the target model, in one forward with a tree attention mask
   top to bottom plus its new token is an n-gram, and the ``W`` n-grams are harvested into the
   :class:`~decoders.common.ngram_pool.NGramPool`;
 * the **verification branch**: up to ``G`` pool n-grams keyed by the input token. Greedy (temperature 0):
-  verified with :func:`~decoders.common.verify.branch_verify`; the longest accepted prefix plus the target's
+  verified with :func:`~decoders.common.verify.tree_verify` (chains under the input token: the rule of
+  :func:`~decoders.common.verify.branch_verify`); the longest accepted prefix plus the target's
   own next token is emitted, so every step emits at least one token and the output is the target's greedy
   output. Sampling (temperature > 0), lossless: the n-grams are deterministic drafts (one-hot draft
   distribution) verified with the multi-candidate rule (:func:`~decoders.common.verify.multi_candidate_tree_verify`;
@@ -23,6 +24,12 @@ every step feeds the target model, in one forward with a tree attention mask
   whole accepted n-gram, from the target's distribution). The output is distributed exactly as vanilla
   sampling's.
 
+The decode loop is the shared :func:`decoders.common.driver.decode` (target prefill, the verification forward,
+the rule, KV compaction, stop rule, statistics); this module is its proposer, which hands it the window and the
+n-grams as one :class:`~decoders.common.driver.DraftTree` in the lookahead layout, the window's nodes marked
+unverified. The target's cache always holds every committed token but the input token, so the forward feeds
+nothing in front of the layout.
+
 Only the accepted tokens' KV entries are kept (:func:`~decoders.common.kv_cache.keep_path`). The window
 is initialised with tokens drawn from the prompt by a seeded RNG and needs ``N - 2`` warm-up steps to fill
 its rows (no harvesting meanwhile). As in the reference implementation, the window shifts by one
@@ -30,31 +37,30 @@ position per step whatever the number of accepted tokens: its content is only a 
 affects which tokens are emitted. The window's new row is the target's argmax also when sampling (guesses
 only; they draw no random numbers).
 
-The step itself is :class:`decoders.common.lookahead_step.LookaheadStepper`, the same code that runs
-Ouroboros' draft model on itself; this module is the decoding loop and its statistics.
+The window and the n-gram lookup are :class:`decoders.common.lookahead_step.LookaheadBranches`, the same code
+that Ouroboros' draft model runs on itself (:class:`~decoders.common.lookahead_step.LookaheadStepper`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_bool, check_input_ids, check_int, check_pool_scope
+from decoders.common.checks import check_bool, check_int, check_pool_scope
+from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.kv_cache import check_rollback
-from decoders.common.lookahead_step import LookaheadStepper
+from decoders.common.lookahead_step import LookaheadBranches, LookaheadPlan, max_depth_after
 from decoders.common.ngram_pool import NGramPool
-from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
-from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
+from decoders.common.sampling import GREEDY, SamplingConfig
+from decoders.types import DecodeResult, StepRecord, Stopwatch
 
 
 class LookaheadDecoder:
     """Lookahead decoding on the target model alone: greedy, or lossless sampling (multi-candidate rule).
 
-    Cache invariant between steps: the KV cache holds every committed token except the last one (the
-    input token of the next step).
+    Decoding runs in :func:`decoders.common.driver.decode` with a fresh :class:`_WindowAndPool` per sample.
 
     Per-step statistics (:class:`~decoders.types.StepRecord`): ``target_tokens_fed`` is the whole layout
     (input token + window + verification n-grams); ``drafted`` is the length of the compared candidate,
@@ -117,65 +123,78 @@ class LookaheadDecoder:
         """Empty the n-gram pool (start of a task under ``pool_scope="task"``)."""
         self.pool.clear()
 
-    @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
                  stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`, through the shared loop
+        :func:`decoders.common.driver.decode`.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
             max_new_tokens: upper bound on new tokens, >= 1. A step never emits more than what is left:
                 verification n-grams are shortened near the end.
             generator: the only source of randomness; required when sampling.
-            stopwatch: the runner's timer; ``first_token()`` is called once the prefill has produced the first
-                new token.
+            stopwatch: the runner's timer: ``first_token()`` after the prefill; ``lap("draft")`` after each
+                proposal (n-gram lookup, window layout) and ``lap("verify")`` after the prefill and after each
+                verification (target forward, rule, KV compaction, window update and harvest).
 
         Returns:
             :class:`DecodeResult`; ``extra`` holds the configuration and pool statistics.
+
+        Raises:
+            ValueError: if the batch size is not 1, the prompt is empty, ``max_new_tokens < 1`` or sampling
+                without a generator.
         """
-        check_input_ids(input_ids)
-        check_max_new_tokens(max_new_tokens)
-        check_generator(self.sampling, generator)
-        watch = stopwatch or NULL_STOPWATCH
-        if self.pool_scope == "sample":
-            self.pool.clear()
-        prompt = input_ids[0].tolist()
-        prompt_len = len(prompt)
-        if self.pool_from_prompt:
-            n = self.ngram_size
-            self.pool.insert_ngrams(prompt[i : i + n] for i in range(prompt_len - n + 1))
-        stepper = LookaheadStepper(self.target_model, self.pool, self.window_size, self.ngram_size, self.seed,
-                                   eos_token_ids=self.eos_token_ids, sampling=self.sampling)
-        stepper.start(prompt)
-        first = stepper.prefill(prompt_len, generator)
-        watch.first_token()
-        stepper.sync(prompt + [first])
-        steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
-        guess_tokens_fed = 0
+        return decode(self.target_model, _WindowAndPool(self), input_ids, max_new_tokens,
+                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
+                      stopwatch=stopwatch)
 
-        new = 1
-        finished = max_new_tokens == 1 or first in self.eos_token_ids
-        while not finished:
-            remaining = max_new_tokens - new
-            out = stepper.step(remaining, advance_window=remaining > 1, generator=generator)
-            guess_tokens_fed += out.num_guesses * out.guess_len
-            new += len(out.emitted)
-            finished = new >= max_new_tokens or not self.eos_token_ids.isdisjoint(out.emitted)
-            steps.append(StepRecord(
-                target_tokens_fed=out.tokens_fed, emitted=len(out.emitted), drafted=out.guess_len,
-                accepted=out.accepted, source={"ngram": out.accepted, "bonus": len(out.emitted) - out.accepted},
-            ))
 
-        decode_steps = len(steps) - 1
-        extra = {
-            "pool_scope": self.pool_scope,
-            "window_size": self.window_size,
-            "ngram_size": self.ngram_size,
-            "guess_set_size": self.guess_set_size,
-            "pool_from_prompt": self.pool_from_prompt,
-            "pool_hit_rate": stepper.pool_hits / decode_steps if decode_steps else 0.0,
-            "guess_tokens_fed": guess_tokens_fed,
-            "pool_entries": len(self.pool),
+class _WindowAndPool:
+    """The lookahead proposer for one sample (:class:`~decoders.common.driver.Proposer`): the Jacobi window and
+    the pool n-grams keyed by the pending token, in the lookahead layout (the pending token is layout index 0,
+    so node ``i`` of the tree is layout index ``i + 1``)."""
+
+    def __init__(self, decoder: LookaheadDecoder):
+        self.d = decoder
+        self.branches = LookaheadBranches(decoder.pool, decoder.window_size, decoder.ngram_size, decoder.seed)
+        self.plan: LookaheadPlan | None = None
+
+    def start(self, prompt: list[int]) -> None:
+        """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), draw the
+        window from the prompt."""
+        d = self.d
+        if d.pool_scope == "sample":
+            d.pool.clear()
+        if d.pool_from_prompt:
+            n = d.ngram_size
+            d.pool.insert_ngrams(prompt[i : i + n] for i in range(len(prompt) - n + 1))
+        self.branches.start(prompt)
+
+    def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
+        """Window (unverified, left out on the last step) and n-grams (origin ``"ngram"``; ``drafted`` = their
+        length)."""
+        max_depth = max_depth_after(self.d.target_model, len(context) - 1)
+        plan = self.plan = self.branches.plan(context[-1], remaining, max_depth, advance_window=remaining > 1)
+        layout = plan.layout
+        n_window, n_guess = layout.guess_start - 1, layout.size - layout.guess_start
+        return DraftTree(tokens=plan.tokens, parents=[p - 1 for p in layout.parents[1:]],
+                         verified=[False] * n_window + [True] * n_guess, logits_for=[i - 1 for i in plan.last_row],
+                         default_origin="ngram", labels=("ngram",),
+                         drafted=plan.guess_len, stats={"guess_tokens_fed": n_guess})
+
+    def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
+        """Advance the window with the target's argmax at its last row; harvest its n-grams into the pool."""
+        self.branches.absorb(self.plan, [verdict.preds[i] for i in self.plan.last_row])
+
+    def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
+        d = self.d
+        return {
+            "pool_scope": d.pool_scope,
+            "window_size": d.window_size,
+            "ngram_size": d.ngram_size,
+            "guess_set_size": d.guess_set_size,
+            "pool_from_prompt": d.pool_from_prompt,
+            "pool_hit_rate": self.branches.pool_hits / len(steps) if steps else 0.0,
+            "guess_tokens_fed": stats.get("guess_tokens_fed", 0),
+            "pool_entries": len(d.pool),
         }
-        output = stepper.seq[prompt_len:]
-        return DecodeResult(tuple(truncate_at_stop(output, self.eos_token_ids, max_new_tokens)), tuple(steps), extra)

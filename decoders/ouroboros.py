@@ -2,20 +2,21 @@
 
 Zhao, Huang, Han, Xu, Xiao, Zhang, Fang, Zhang, Liu & Sun 2024, "Ouroboros: Generating Longer Drafts Phrase
 by Phrase for Faster Speculative Decoding" (arXiv 2402.13720, EMNLP 2024; reference code thunlp/Ouroboros,
-restated in ALGORITHMS.md section 1). One target forward per step, greedy or sampled, lossless. Each step is
-three pieces, as in the other decoders:
+restated in ALGORITHMS.md section 1). One target forward per step, greedy or sampled, lossless. The
+shared decode loop :func:`decoders.common.driver.decode` runs the target (prefill, one verification forward
+per step, the verification rule, KV compaction of the accepted path, the stop rule, the per-step statistics);
+this module is its proposer (:class:`_PhraseTree`), one per sample:
 
-1. **Propose** (:meth:`OuroborosDecoder.propose`): the *trunk* is the draft model's greedy continuation, made
+1. **Propose** (:meth:`_PhraseTree.propose`): the *trunk* is the draft model's greedy continuation, made
    phrase by phrase by lookahead decoding on the draft itself, ``gamma`` tokens
    (:class:`~decoders.common.lookahead_step.LookaheadDrafter`: the lookahead step shared with
    :class:`decoders.lookahead.LookaheadDecoder`). The newest ``topk`` pool phrases keyed by the last trunk
-   token are candidate *suffixes* (lengthened drafts).
-2. **Verify** (:meth:`OuroborosDecoder.verify`): one target forward over the pending token, the trunk and the
-   suffixes as a token tree (suffixes see the trunk, never each other), then the longest accepted path
-   (:func:`~decoders.common.verify.tree_verify`); the target's next token after it is always emitted -- also
-   after a fully matched suffix, which the reference code drops.
-3. **Accept** (:meth:`OuroborosDecoder.accept`): keep the accepted path's KV entries
-   (:func:`~decoders.common.kv_cache.keep_path`) and recycle the target's verification into the phrase pool
+   token are candidate *suffixes* (lengthened drafts). Trunk and suffixes form one
+   :class:`~decoders.common.driver.DraftTree` (suffixes see the trunk, never each other).
+2. **Verify** (the driver): one target forward over the pending token and the tree, then the longest accepted
+   path (:func:`~decoders.common.verify.tree_verify`); the target's next token after it is always emitted --
+   also after a fully matched suffix, which the reference code drops.
+3. **Accept** (:meth:`_PhraseTree.accepted`): recycle the target's verification into the phrase pool
    (:func:`recycle_verification`, ALGORITHMS.md 1.5). The draft cache is rolled back lazily, at the next
    proposal, to what the draft and the output still share.
 
@@ -42,7 +43,8 @@ decoding (exactly in float32). Stock transformers models of any causal-LM family
   several tokens) and reports, for each trunk token, the distribution it was drawn from
   (:attr:`~decoders.common.lookahead_step.DraftProposal.probs`, the draft's processed distribution after the
   preceding tokens);
-* the target verifies the tree with :func:`~decoders.common.verify.multi_candidate_tree_verify`: at a trunk
+* the target verifies the tree with :func:`~decoders.common.verify.multi_candidate_tree_verify` (also when it
+  is a bare trunk, so :attr:`~decoders.common.driver.DraftTree.rejection_chain` is off): at a trunk
   node the sampled trunk token is tried first, by modified rejection sampling (Leviathan et al. 2023,
   arXiv 2211.17192, Alg. 1; Chen et al. 2023, arXiv 2302.01318): accepted with
   ``min(1, target_probs[x] / draft_probs[x])``, otherwise the residual becomes
@@ -65,22 +67,20 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_bool, check_fraction, check_input_ids, check_int, check_pool_scope
-from decoders.common.forward import forward, new_cache
+from decoders.common.checks import check_bool, check_fraction, check_int, check_pool_scope
+from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
-from decoders.common.kv_cache import check_rollback, keep_path
+from decoders.common.kv_cache import check_rollback
 from decoders.common.lookahead_step import DraftProposal, LookaheadDrafter, max_depth_after
 from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates
-from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
-from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.common.tree import tree_attention
-from decoders.common.verify import multi_candidate_tree_verify, tree_verify
-from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
+from decoders.common.sampling import GREEDY, SamplingConfig
+from decoders.common.stopping import truncate_at_stop
+from decoders.types import DecodeResult, StepRecord, Stopwatch
 
 log = logging.getLogger(__name__)
 
@@ -177,59 +177,37 @@ class Proposal:
         """The suffixes' pool key: the last trunk token (``None`` for an empty trunk: the pending token)."""
         return self.trunk[-1] if self.trunk else None
 
-    def tree(self, pending: int) -> tuple[list[int], list[int]]:
-        """Flat tokens and parent array: pending (root), trunk chain, suffix chains, branch chains."""
+    def draft_tree(self, labels: Sequence[str]) -> DraftTree:
+        """The proposal as the driver's tree: the trunk chain (nodes ``0 .. g - 1``, origin ``"draft"``, or
+        ``"free"`` for a copied trunk), then each suffix chain under the last trunk node (origin ``"suffix"``;
+        under the pending token when the trunk is empty), then each branch chain under the trunk node before the
+        token it replaces (origin ``"branch"``). ``StepRecord.accepted`` counts trunk nodes only, ``drafted`` is
+        the trunk's length; ``labels`` are the ``source`` keys always reported."""
         g = len(self.trunk)
-        ids, parents = [pending, *self.trunk], list(range(-1, g))
-        for attach, tokens in [(g, s) for s in self.suffixes] + list(self.branches):
-            first = len(ids)
-            parents += [attach] + [first + j for j in range(len(tokens) - 1)]
-            ids += tokens
-        return ids, parents
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The target's verdict on a :class:`Proposal`.
-
-    Attributes:
-        emitted: accepted tokens plus the target's next token, cut just after an EOS id and at the budget.
-        path: the accepted nodes' flat indices in the tree (root excluded), before the EOS cut.
-        preds: the target's argmax after every fed node (flat order).
-        counts: accepted tokens kept by origin (``draft`` or ``free``, ``suffix``, ``branch``) and ``bonus``.
-        tokens_fed: tokens fed to the target.
-    """
-
-    emitted: list[int]
-    path: list[int]
-    preds: list[int]
-    counts: dict[str, int]
-    tokens_fed: int
-
-
-@dataclass
-class _Sample:
-    """Per-sample state: committed tokens (prompt + output), target cache, drafter, counters."""
-
-    seq: list[int]
-    prompt_len: int
-    cache: object
-    drafter: LookaheadDrafter
-    draftable: bool
-    stats: dict[str, int] = field(default_factory=dict)
-
-    def add(self, **counts: int) -> None:
-        for k, v in counts.items():
-            self.stats[k] = self.stats.get(k, 0) + v
+        tokens, parents = list(self.trunk), list(range(-1, g - 1))
+        origins = ["free" if self.free else "draft"] * g
+        chains = [(g - 1, s, "suffix") for s in self.suffixes] + [(i - 1, t, "branch") for i, t in self.branches]
+        for attach, chain, origin in chains:
+            first = len(tokens)
+            parents += [attach] + [first + j for j in range(len(chain) - 1)]
+            tokens += chain
+            origins += [origin] * len(chain)
+        stats = {"suffix_steps": bool(self.suffixes), "suffix_fed": sum(map(len, self.suffixes)),
+                 "model_drafted": 0 if self.free else g, "free_steps": self.free, "free_drafted": g if self.free else 0,
+                 "branch_fed": sum(len(t) for _, t in self.branches)}
+        return DraftTree(
+            tokens, parents, draft_probs=None if self.draft_probs is None else dict(enumerate(self.draft_probs)),
+            origins=origins, labels=labels, counted=frozenset({"draft", "free"}), drafted=g,
+            draft_forwards=self.draft_forwards, draft_tokens_fed=self.draft_tokens_fed, rejection_chain=False,
+            stats=stats)
 
 
 class OuroborosDecoder:
     """Ouroboros decoding with a draft model that drafts phrase by phrase: greedy, or lossless sampling.
 
-    Target cache invariant between steps: it holds every committed token except the last (``pending``), the
-    root of the next verification tree. The draft's state is a :class:`LookaheadDrafter` (cache, Jacobi
-    window) that lives for one sample; the phrase pool is shared by drafter and decoder and lives for a sample
-    or a task (``pool_scope``).
+    Decoding runs in :func:`decoders.common.driver.decode` with a fresh :class:`_PhraseTree` per sample. The
+    draft's state is a :class:`LookaheadDrafter` (cache, Jacobi window) that lives for one sample; the phrase
+    pool is shared by drafter and decoder and lives for a sample or a task (``pool_scope``).
 
     Per-step statistics (:class:`~decoders.types.StepRecord`): ``drafted`` = trunk tokens proposed (suffix and
     branch tokens not included), ``accepted`` = trunk tokens accepted and kept, ``draft_forwards`` /
@@ -340,49 +318,6 @@ class OuroborosDecoder:
         """Empty the phrase pool (start of a task under ``pool_scope="task"``)."""
         self.pool.clear()
 
-    # ---------------------------------------------------------------------------------------------------------
-    def propose(self, run: _Sample, remaining: int, generator: torch.Generator | None = None) -> Proposal:
-        """(1) The trunk (free copy, or the draft model's lookahead drafting), its suffixes and branches.
-
-        Args:
-            run: the sample's state; ``run.seq[-1]`` is the pending token.
-            remaining: new tokens still allowed; the tree never emits more.
-            generator: required when sampling (the draft samples its trunk).
-        """
-        seq, eos = run.seq, self.eos_token_ids
-        max_depth = max_depth_after(self.target_model, len(seq) - 1)  # node depths below the pending token
-        budget = max(0, min(self.gamma, remaining - 1, max_depth))
-        trunk: list[int] = []
-        free = False
-        draft = DraftProposal([], 0, 0)
-        if budget and self.free_draft_min_match:
-            trunk = truncate_at_stop(find_prompt_lookup_candidates(
-                seq, max(FREE_DRAFT_MAX_MATCH, self.free_draft_min_match), budget, self.free_draft_min_match), eos, budget)
-            free = bool(trunk)
-        if budget and not free and run.draftable:
-            run.drafter.sync(seq)
-            draft = run.drafter.propose(budget, self.stop_confidence, generator)
-            trunk = draft.tokens
-        g = len(trunk)
-        key = trunk[-1] if trunk else seq[-1]
-        suffix_len = max(0, min(self.ngram_size - 1, remaining - 1 - g, max_depth - g))
-        suffixes: list[tuple[int, ...]] = []
-        if suffix_len and self.topk and key not in eos:
-            suffixes = list(dict.fromkeys(s[:suffix_len] for s in self.pool.topk(key, self.topk)))
-        branches: list[tuple[int, tuple[int, ...]]] = []
-        if self.branch_confidence and draft.top_probs:
-            unsure = sorted((p, i) for i, p in enumerate(draft.top_probs) if p < self.branch_confidence)
-            for _, i in unsure[: self.max_branches]:
-                alt = draft.runner_up[i]
-                length = min(self.ngram_size, remaining - 1 - i, max_depth - i)
-                if alt < 0 or length < 1:
-                    continue
-                phrase = self.pool.topk(alt, 1)
-                tokens = truncate_at_stop([alt, *(phrase[0] if phrase else ())], eos, length)
-                branches.append((i, tuple(tokens)))
-        return Proposal(trunk, free, suffixes, branches, draft.forwards, draft.tokens_fed,
-                        None if free else self._target_width(draft.probs))
-
     def _target_width(self, probs: torch.Tensor | None) -> torch.Tensor | None:
         """The draft's distributions ``(g, draft_width)`` on the target's ``(g, target_vocab)`` columns (the
         draft proposes only ids below ``_draft_vocab <= target_vocab``, so no mass is cut)."""
@@ -393,63 +328,10 @@ class OuroborosDecoder:
         out[:, :m] = probs[:, :m]
         return out
 
-    def verify(self, run: _Sample, proposal: Proposal, remaining: int, generator: torch.Generator | None = None
-               ) -> Verdict:
-        """(2) One target forward over the tree rooted at the pending token; the accepted path.
-
-        Greedy: the longest path whose tokens are the target's argmax (:func:`~decoders.common.verify.tree_verify`).
-        Sampling (``generator`` required): :func:`~decoders.common.verify.multi_candidate_tree_verify` with the
-        trunk tokens' draft distributions (rejection sampling at trunk nodes; suffixes, branches and a free trunk
-        are deterministic candidates).
-        """
-        target, device = self.target_model, self.target_model.get_input_embeddings().weight.device
-        past_len = len(run.seq) - 1
-        ids, parents = proposal.tree(run.seq[-1])
-        if proposal.suffixes or proposal.branches:
-            mask, position_ids = tree_attention(parents, past_len, dtype=target.dtype, device=device)
-        else:
-            mask = position_ids = None  # a plain causal continuation
-        logits = forward(target, torch.tensor([ids], device=device), run.cache, position_ids=position_ids,
-                         attention_mask=mask)
-        preds = logits[0].argmax(-1).tolist()  # the target's token after each fed node
-        if self.sampling.greedy:
-            path, bonus = tree_verify(ids, parents, preds)
-        else:  # trunk node k + 1 holds trunk[k], drawn from draft_probs[k] (the trunk is the first child there)
-            sampled = (None if proposal.draft_probs is None
-                       else {k + 1: proposal.draft_probs[k] for k in range(len(proposal.trunk))})
-            path, bonus = multi_candidate_tree_verify(ids, parents, self.sampling.probs(logits[0]), generator,
-                                                      sampled)
-        emitted = truncate_at_stop([*(ids[k] for k in path), bonus], self.eos_token_ids, remaining)
-        g, n_suffix = len(proposal.trunk), len(proposal.suffixes) * (len(proposal.suffixes[0]) if proposal.suffixes else 0)
-        kept_nodes = path[: len(emitted)]
-        counts = {
-            "free" if proposal.free else "draft": sum(k <= g for k in kept_nodes),
-            "suffix": sum(g < k <= g + n_suffix for k in kept_nodes),
-            "branch": sum(k > g + n_suffix for k in kept_nodes),
-            "bonus": len(emitted) - len(kept_nodes),
-        }
-        return Verdict(emitted, path, preds, counts, len(ids))
-
-    def accept(self, run: _Sample, proposal: Proposal, verdict: Verdict) -> None:
-        """(3) Keep the accepted path's KV entries, recycle the verification into the pool, commit the tokens."""
-        past_len = len(run.seq) - 1
-        keep_path(run.cache, past_len, [past_len + k for k in [0, *verdict.path][: len(verdict.emitted)]])
-        g = len(proposal.trunk)
-        trunk_accepted = sum(k <= g for k in verdict.path)
-        key = proposal.key if proposal.key is not None else run.seq[-1]
-        recycle_verification(self.pool, key, proposal.suffixes, proposal.trunk, verdict.preds, trunk_accepted,
-                             self._draft_embed)
-        run.seq += verdict.emitted
-        if run.draftable and max(verdict.emitted) >= self._draft_embed:
-            run.draftable = False
-            log.warning("the target emitted id %d, which the draft model cannot embed (embedding size %d): no "
-                        "more draft-model drafts for this sample", max(verdict.emitted), self._draft_embed)
-
-    # ---------------------------------------------------------------------------------------------------------
-    @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
                  stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`.
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`, through the shared loop
+        :func:`decoders.common.driver.decode`.
 
         Args:
             input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
@@ -463,98 +345,143 @@ class OuroborosDecoder:
 
         Returns:
             :class:`DecodeResult`; ``extra`` holds the configuration and pool / suffix / option statistics.
+
+        Raises:
+            ValueError: if the batch size is not 1, the prompt is empty, ``max_new_tokens < 1`` or sampling
+                without a generator.
         """
-        check_input_ids(input_ids)
-        check_max_new_tokens(max_new_tokens)
-        check_generator(self.sampling, generator)
-        watch = stopwatch or NULL_STOPWATCH
-        if self.pool_scope == "sample":
-            self.pool.clear()
-        prompt = input_ids[0].tolist()
-        prompt_len = len(prompt)
-        draftable = max(prompt) < self._draft_embed
-        if self.pool_from_prompt:
-            n = self.ngram_size
-            self.pool.insert_ngrams(g for g in (prompt[i : i + n] for i in range(prompt_len - n + 1))
-                                    if max(g) < self._draft_embed)
-        drafter = LookaheadDrafter(self.draft_model, self.pool, self.window_size, self.ngram_size, self.seed,
-                                   eos_token_ids=self.eos_token_ids, head=self._draft_head,
-                                   confidence=self._confidence, sampling=self.sampling)
-        if draftable:
-            drafter.start(prompt)
-        run = _Sample(list(prompt), prompt_len, new_cache(self.target_model), drafter, draftable)
-        logits = forward(self.target_model, input_ids, run.cache, logits_to_keep=1)
-        run.seq.append(self.sampling.next_token(logits[0, -1], generator))
-        watch.lap("verify")
-        watch.first_token()
-        steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
+        return decode(self.target_model, _PhraseTree(self), input_ids, max_new_tokens,
+                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
+                      stopwatch=stopwatch)
 
-        finished = max_new_tokens == 1 or run.seq[-1] in self.eos_token_ids
-        while not finished:
-            remaining = max_new_tokens - (len(run.seq) - prompt_len)
-            proposal = self.propose(run, remaining, generator)
-            watch.lap("draft")
-            verdict = self.verify(run, proposal, remaining, generator)
-            self.accept(run, proposal, verdict)
-            watch.lap("verify")
-            finished = len(run.seq) - prompt_len >= max_new_tokens or not self.eos_token_ids.isdisjoint(verdict.emitted)
-            counts = verdict.counts
-            a = counts["free" if proposal.free else "draft"]
-            run.add(suffix_steps=bool(proposal.suffixes), suffix_hits=counts["suffix"] > 0,
-                    suffix_fed=sum(map(len, proposal.suffixes)), suffix_accepted=counts["suffix"],
-                    model_drafted=0 if proposal.free else len(proposal.trunk), free_steps=proposal.free,
-                    free_drafted=len(proposal.trunk) if proposal.free else 0, branch_fed=sum(len(t) for _, t in proposal.branches),
-                    branch_accepted=counts["branch"])
-            source = {"draft": 0 if proposal.free else a, "suffix": counts["suffix"], "bonus": counts["bonus"]}
-            if self.free_draft_min_match:
-                source["free"] = a if proposal.free else 0
-            if self.branch_confidence:
-                source["branch"] = counts["branch"]
-            steps.append(StepRecord(
-                target_tokens_fed=verdict.tokens_fed, emitted=len(verdict.emitted), drafted=len(proposal.trunk),
-                accepted=a, draft_forwards=proposal.draft_forwards, draft_tokens_fed=proposal.draft_tokens_fed,
-                source=source,
-            ))
-        return DecodeResult(tuple(truncate_at_stop(run.seq[prompt_len:], self.eos_token_ids, max_new_tokens)),
-                            tuple(steps), self._extra(run, steps[1:]))
 
-    def _extra(self, run: _Sample, decode: list[StepRecord]) -> dict[str, object]:
+class _PhraseTree:
+    """The Ouroboros proposer for one sample (:class:`~decoders.common.driver.Proposer`).
+
+    State: the :class:`LookaheadDrafter` on the draft model, whether the context can still be drafted from (it
+    holds no id the draft cannot embed), and the last :class:`Proposal` (its trunk and suffixes are recycled
+    into the pool once the target has verified them).
+    """
+
+    def __init__(self, decoder: OuroborosDecoder):
+        d = self.d = decoder
+        self.drafter = LookaheadDrafter(d.draft_model, d.pool, d.window_size, d.ngram_size, d.seed,
+                                        eos_token_ids=d.eos_token_ids, head=d._draft_head, confidence=d._confidence,
+                                        sampling=d.sampling)
+        self.draftable = False
+        self.proposal = Proposal([])
+        self.labels = ("draft", "suffix", *(("free",) if d.free_draft_min_match else ()),
+                       *(("branch",) if d.branch_confidence else ()))
+
+    def start(self, prompt: list[int]) -> None:
+        """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), start the
+        drafter."""
+        d = self.d
+        if d.pool_scope == "sample":
+            d.pool.clear()
+        self.draftable = max(prompt) < d._draft_embed
+        if d.pool_from_prompt:
+            n = d.ngram_size
+            d.pool.insert_ngrams(g for g in (prompt[i : i + n] for i in range(len(prompt) - n + 1))
+                                 if max(g) < d._draft_embed)
+        if self.draftable:
+            self.drafter.start(prompt)
+
+    def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
+        """The trunk (free copy, or the draft model's lookahead drafting), its suffixes and branches.
+
+        Args:
+            context: prompt + committed tokens; ``context[-1]`` is the pending token.
+            remaining: new tokens still allowed; the tree never emits more.
+            generator: required when sampling (the draft samples its trunk).
+        """
+        d, eos = self.d, self.d.eos_token_ids
+        max_depth = max_depth_after(d.target_model, len(context) - 1)  # node depths below the pending token
+        budget = max(0, min(d.gamma, remaining - 1, max_depth))
+        trunk: list[int] = []
+        free = False
+        draft = DraftProposal([], 0, 0)
+        if budget and d.free_draft_min_match:
+            copied = find_prompt_lookup_candidates(context, max(FREE_DRAFT_MAX_MATCH, d.free_draft_min_match), budget,
+                                                   d.free_draft_min_match)
+            trunk = truncate_at_stop(copied, eos, budget)
+            free = bool(trunk)
+        if budget and not free and self.draftable:
+            self.drafter.sync(context)
+            draft = self.drafter.propose(budget, d.stop_confidence, generator)
+            trunk = draft.tokens
+        g = len(trunk)
+        key = trunk[-1] if trunk else context[-1]
+        suffix_len = max(0, min(d.ngram_size - 1, remaining - 1 - g, max_depth - g))
+        suffixes: list[tuple[int, ...]] = []
+        if suffix_len and d.topk and key not in eos:
+            suffixes = list(dict.fromkeys(s[:suffix_len] for s in d.pool.topk(key, d.topk)))
+        branches: list[tuple[int, tuple[int, ...]]] = []
+        if d.branch_confidence and draft.top_probs:
+            unsure = sorted((p, i) for i, p in enumerate(draft.top_probs) if p < d.branch_confidence)
+            for _, i in unsure[: d.max_branches]:
+                alt = draft.runner_up[i]
+                length = min(d.ngram_size, remaining - 1 - i, max_depth - i)
+                if alt < 0 or length < 1:
+                    continue
+                phrase = d.pool.topk(alt, 1)
+                tokens = truncate_at_stop([alt, *(phrase[0] if phrase else ())], eos, length)
+                branches.append((i, tuple(tokens)))
+        self.proposal = Proposal(trunk, free, suffixes, branches, draft.forwards, draft.tokens_fed,
+                                 None if free else d._target_width(draft.probs))
+        return self.proposal.draft_tree(self.labels)
+
+    def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
+        """Recycle the verification into the pool; stop drafting after an id the draft cannot embed."""
+        d, proposal = self.d, self.proposal
+        pending = context[-len(verdict.emitted) - 1]
+        g = len(proposal.trunk)
+        recycle_verification(d.pool, proposal.key if proposal.key is not None else pending, proposal.suffixes,
+                             proposal.trunk, verdict.preds, sum(k < g for k in verdict.path), d._draft_embed)
+        if self.draftable and max(verdict.emitted) >= d._draft_embed:
+            self.draftable = False
+            log.warning("the target emitted id %d, which the draft model cannot embed (embedding size %d): no "
+                        "more draft-model drafts for this sample", max(verdict.emitted), d._draft_embed)
+
+    def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         """Configuration and per-sample statistics for the result row."""
-        st, n_decode = run.stats, len(decode)
-        draft_fwd = sum(s.draft_forwards for s in decode)
-        prefill = run.drafter.prefill_tokens
+        d, n_decode = self.d, len(steps)
+        suffix_kept = [s.source["suffix"] for s in steps]
+        draft_fwd = sum(s.draft_forwards for s in steps)
+        prefill = self.drafter.prefill_tokens
         lookahead_fwd = draft_fwd - (1 if prefill else 0)  # the draft's prompt prefill excluded
         extra: dict[str, object] = {
-            "pool_scope": self.pool_scope,
-            "pool_from_prompt": self.pool_from_prompt,
-            "gamma": self.gamma,
-            "window_size": self.window_size,
-            "ngram_size": self.ngram_size,
-            "guess_set_size": self.guess_set_size,
-            "topk": self.topk,
-            "seed": self.seed,
+            "pool_scope": d.pool_scope,
+            "pool_from_prompt": d.pool_from_prompt,
+            "gamma": d.gamma,
+            "window_size": d.window_size,
+            "ngram_size": d.ngram_size,
+            "guess_set_size": d.guess_set_size,
+            "topk": d.topk,
+            "seed": d.seed,
             "draft_forwards_per_target_forward": draft_fwd / n_decode if n_decode else 0.0,
             # per draft lookahead forward, i.e. the draft's prompt prefill forward excluded
-            "draft_tokens_per_draft_forward": st.get("model_drafted", 0) / lookahead_fwd if lookahead_fwd else 0.0,
+            "draft_tokens_per_draft_forward": stats.get("model_drafted", 0) / lookahead_fwd if lookahead_fwd else 0.0,
             "draft_tokens_fed_per_forward": (
-                (sum(s.draft_tokens_fed for s in decode) - prefill) / lookahead_fwd if lookahead_fwd else 0.0
+                (sum(s.draft_tokens_fed for s in steps) - prefill) / lookahead_fwd if lookahead_fwd else 0.0
             ),
-            "target_tokens_fed_per_forward": sum(s.target_tokens_fed for s in decode) / n_decode if n_decode else 0.0,
-            "draft_pool_hit_rate": run.drafter.pool_hits / lookahead_fwd if lookahead_fwd else 0.0,
-            "suffix_offer_rate": st.get("suffix_steps", 0) / n_decode if n_decode else 0.0,
-            "suffix_hit_rate": st.get("suffix_hits", 0) / st["suffix_steps"] if st.get("suffix_steps") else 0.0,
-            "suffix_tokens_fed": st.get("suffix_fed", 0),
-            "suffix_tokens_accepted": st.get("suffix_accepted", 0),
-            "pool_entries": len(self.pool),
+            "target_tokens_fed_per_forward": sum(s.target_tokens_fed for s in steps) / n_decode if n_decode else 0.0,
+            "draft_pool_hit_rate": self.drafter.pool_hits / lookahead_fwd if lookahead_fwd else 0.0,
+            "suffix_offer_rate": stats.get("suffix_steps", 0) / n_decode if n_decode else 0.0,
+            "suffix_hit_rate": (sum(map(bool, suffix_kept)) / stats["suffix_steps"] if stats.get("suffix_steps")
+                                else 0.0),
+            "suffix_tokens_fed": stats.get("suffix_fed", 0),
+            "suffix_tokens_accepted": sum(suffix_kept),
+            "pool_entries": len(d.pool),
         }
-        if self.free_draft_min_match:
-            free_acc = sum(s.source.get("free", 0) for s in decode)
-            extra.update(free_draft_min_match=self.free_draft_min_match, free_steps=st.get("free_steps", 0),
-                         free_tokens_drafted=st.get("free_drafted", 0), free_tokens_accepted=free_acc)
-        if self.draft_vocab_size:
-            extra["draft_vocab_size"] = self.draft_vocab_size
-        if self._confidence:
-            extra.update(stop_confidence=self.stop_confidence, branch_confidence=self.branch_confidence,
-                         max_branches=self.max_branches, branch_tokens_fed=st.get("branch_fed", 0),
-                         branch_tokens_accepted=st.get("branch_accepted", 0))
+        if d.free_draft_min_match:
+            free_acc = sum(s.source.get("free", 0) for s in steps)
+            extra.update(free_draft_min_match=d.free_draft_min_match, free_steps=stats.get("free_steps", 0),
+                         free_tokens_drafted=stats.get("free_drafted", 0), free_tokens_accepted=free_acc)
+        if d.draft_vocab_size:
+            extra["draft_vocab_size"] = d.draft_vocab_size
+        if d._confidence:
+            extra.update(stop_confidence=d.stop_confidence, branch_confidence=d.branch_confidence,
+                         max_branches=d.max_branches, branch_tokens_fed=stats.get("branch_fed", 0),
+                         branch_tokens_accepted=sum(s.source.get("branch", 0) for s in steps))
         return extra

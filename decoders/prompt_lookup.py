@@ -21,19 +21,17 @@ from the KV cache.
 from __future__ import annotations
 
 import sys
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_input_ids
-from decoders.common.forward import forward, new_cache
-from decoders.common.kv_cache import check_rollback, crop
+from decoders.common.driver import DraftTree, Verdict, decode
+from decoders.common.kv_cache import check_rollback
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
-from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
-from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.common.verify import greedy_verify, multi_candidate_verify
-from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
+from decoders.common.stopping import truncate_at_stop
+from decoders.common.sampling import GREEDY, SamplingConfig
+from decoders.types import DecodeResult, StepRecord, Stopwatch
 
 
 class PromptLookupDecoder:
@@ -82,63 +80,51 @@ class PromptLookupDecoder:
         self.sampling = sampling
         self._max_positions = getattr(target_model.config, "max_position_embeddings", None)
 
-    @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
                  stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
-        only source of randomness, required when sampling; ``stopwatch``: the runner's timer).
+        only source of randomness, required when sampling; ``stopwatch``: the runner's timer), through the
+        shared loop :func:`decoders.common.driver.decode`.
 
         Each step's :class:`~decoders.types.StepRecord` has ``drafted`` = draft tokens verified,
         ``accepted`` = those accepted and kept, ``source = {"prompt_lookup": accepted, "bonus": 0 or 1}`` (nothing
         after an EOS id is counted, so the steps' ``emitted`` add up to the output).
         """
-        check_input_ids(input_ids)
-        check_max_new_tokens(max_new_tokens)
-        check_generator(self.sampling, generator)
-        greedy = self.sampling.greedy
-        model, device = self.target_model, input_ids.device
-        context = input_ids[0].tolist()  # prompt + every committed token
-        prompt_len = len(context)
-        cache = new_cache(model)
-        logits = forward(model, input_ids, cache, logits_to_keep=1)
-        out = [self.sampling.next_token(logits[0, -1], generator)]
-        (stopwatch or NULL_STOPWATCH).first_token()
-        context.append(out[0])
-        steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
-        lookup_steps = 0
+        return decode(self.target_model, _ContextCopy(self), input_ids, max_new_tokens,
+                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
+                      stopwatch=stopwatch)
 
-        finished = max_new_tokens == 1 or out[0] in self.eos_token_ids
-        while not finished:
-            past_len = len(context) - 1  # the pending token out[-1] is not cached yet
-            max_depth = self._max_positions - 1 - past_len if self._max_positions else sys.maxsize
-            gamma = max(0, min(self.num_draft_tokens, max_new_tokens - len(out) - 1, max_depth))
-            draft = (find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size)
-                     if gamma else [])
-            for i, t in enumerate(draft):
-                if t in self.eos_token_ids:
-                    draft = draft[: i + 1]
-                    break
-            lookup_steps += bool(draft)
-            t_logits = forward(model, torch.tensor([[out[-1], *draft]], device=device), cache)
-            drafted = torch.tensor(draft, device=device, dtype=torch.long)
-            if greedy:
-                n, bonus = greedy_verify(drafted, t_logits[0].argmax(-1))
-            else:  # one deterministic candidate branch
-                _, n, bonus = multi_candidate_verify(drafted[None], self.sampling.probs(t_logits), generator)
-            # Nothing after an EOS id is kept or counted (the bonus token may follow an accepted EOS draft).
-            emitted = truncate_at_stop([*draft[:n], bonus], self.eos_token_ids, max_new_tokens - len(out))
-            out.extend(emitted)
-            context.extend(emitted)
-            crop(cache, past_len + 1 + n)
-            kept = min(n, len(emitted))
-            steps.append(StepRecord(target_tokens_fed=len(draft) + 1, emitted=len(emitted), drafted=len(draft),
-                                    accepted=kept, source={"prompt_lookup": kept, "bonus": len(emitted) - kept}))
-            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
+    def propose(self, context: list[int], remaining: int) -> list[int]:
+        """The draft copied from ``context`` (``context[-1]`` pending): at most ``num_draft_tokens``, at most
+        ``remaining - 1``, within the position limit, cut just after an EOS id; empty when nothing matches."""
+        past_len = len(context) - 1  # the pending token is not cached yet
+        max_depth = self._max_positions - 1 - past_len if self._max_positions else sys.maxsize
+        gamma = max(0, min(self.num_draft_tokens, remaining - 1, max_depth))
+        draft = find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size) if gamma else []
+        return truncate_at_stop(draft, self.eos_token_ids, len(draft))
 
-        decode_steps = len(steps) - 1
-        extra = {
-            "max_ngram_size": self.max_ngram_size,
-            "num_draft_tokens": self.num_draft_tokens,
-            "lookup_hit_rate": lookup_steps / decode_steps if decode_steps else 0.0,
+
+class _ContextCopy:
+    """The prompt lookup proposer for one sample (stateless: the context is the whole memory)."""
+
+    def __init__(self, decoder: PromptLookupDecoder):
+        self.d = decoder
+        self.lookup_steps = 0
+
+    def start(self, prompt: list[int]) -> None:
+        pass
+
+    def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
+        draft = self.d.propose(context, remaining)
+        return DraftTree.chain(draft, default_origin="prompt_lookup", labels=("prompt_lookup",),
+                               stats={"lookup_steps": bool(draft)})
+
+    def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
+        pass
+
+    def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
+        return {
+            "max_ngram_size": self.d.max_ngram_size,
+            "num_draft_tokens": self.d.num_draft_tokens,
+            "lookup_hit_rate": stats.get("lookup_steps", 0) / len(steps) if steps else 0.0,
         }
-        return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps), extra)

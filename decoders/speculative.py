@@ -17,18 +17,16 @@ rejected tokens are rolled back from both KV caches.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_input_ids
+from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import check_rollback, crop
-from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
-from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
-from decoders.common.verify import greedy_verify, rejection_verify
-from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
+from decoders.common.sampling import GREEDY, SamplingConfig, sample_token
+from decoders.types import DecodeResult, StepRecord, Stopwatch
 
 
 def check_gamma(gamma: int) -> int:
@@ -98,86 +96,68 @@ class SpeculativeDecoder:
         probs[: self._draft_vocab] = self.sampling.probs(logits)
         return sample_token(probs, generator), probs
 
-    @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
                  stopwatch: Stopwatch | None = None) -> DecodeResult:
         """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
-        only source of randomness, required when sampling; ``stopwatch``: the runner's timer).
+        only source of randomness, required when sampling; ``stopwatch``: the runner's timer), through the
+        shared loop :func:`decoders.common.driver.decode`.
 
         Each :class:`StepRecord` carries ``drafted`` (tokens proposed), ``accepted``, ``draft_forwards``
-        and the tokens fed to each model.
+        and the tokens fed to each model; ``source = {"draft": accepted, "bonus": 0 or 1}``.
         """
-        check_input_ids(input_ids)
-        check_max_new_tokens(max_new_tokens)
-        check_generator(self.sampling, generator)
-        greedy = self.sampling.greedy
-        device = input_ids.device
-        prompt_len = input_ids.shape[1]
-        target_cache, draft_cache = new_cache(self.target_model), new_cache(self.draft_model)
+        return decode(self.target_model, _DraftChain(self), input_ids, max_new_tokens,
+                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
+                      stopwatch=stopwatch)
 
-        logits = forward(self.target_model, input_ids, target_cache, logits_to_keep=1)
-        out = [self.sampling.next_token(logits[0, -1], generator)]
-        (stopwatch or NULL_STOPWATCH).first_token()
-        steps = [StepRecord(target_tokens_fed=prompt_len, emitted=1, source={"bonus": 1})]
-        # The draft's prefill (the prompt) is charged to the first drafting step.
-        draft_feed = input_ids[0].tolist()
 
-        finished = max_new_tokens == 1 or out[0] in self.eos_token_ids
-        while not finished:
-            committed = prompt_len + len(out)  # tokens known so far; the last one is pending
-            gamma = min(self.gamma, max_new_tokens - len(out) - 1)
-            draft_tokens: list[int] = []
-            draft_probs: list[torch.Tensor] = []  # sampling only: what each draft token was drawn from
-            draft_forwards = draft_tokens_fed = 0
-            feed = draft_feed + [out[-1]]
-            if gamma > 0 and max(feed) < self._draft_embed:  # an id the draft cannot embed: draft nothing
-                while len(draft_tokens) < gamma:
-                    d_logits = forward(
-                        self.draft_model, torch.tensor([feed], device=device), draft_cache, logits_to_keep=1
-                    )
-                    draft_forwards += 1
-                    draft_tokens_fed += len(feed)
-                    token, probs = self._draft_next(d_logits, generator)
-                    draft_tokens.append(token)
-                    if probs is not None:
-                        draft_probs.append(probs)
-                    if token in self.eos_token_ids:
-                        break
-                    feed = [token]
-            # Verify: pending token + draft, one target forward.
-            verify_ids = torch.tensor([[out[-1], *draft_tokens]], device=device)
-            t_logits = forward(self.target_model, verify_ids, target_cache)
-            drafted = torch.tensor(draft_tokens, device=device, dtype=torch.long)
-            if greedy:
-                n, bonus = greedy_verify(drafted, t_logits[0].argmax(-1))
-            else:
-                stacked = (torch.stack(draft_probs) if draft_probs
-                           else torch.zeros((0, self._target_vocab), dtype=torch.float32, device=device))
-                n, bonus = rejection_verify(drafted, stacked, self.sampling.probs(t_logits[0]), generator)
-            # An EOS among the accepted drafts ends generation; the bonus token after it is neither kept nor counted.
-            emitted = truncate_at_stop([*draft_tokens[:n], bonus], self.eos_token_ids, max_new_tokens - len(out))
-            out.extend(emitted)
-            finished = len(out) >= max_new_tokens or not self.eos_token_ids.isdisjoint(emitted)
-            kept = min(n, len(emitted))
-            steps.append(
-                StepRecord(
-                    target_tokens_fed=len(draft_tokens) + 1,
-                    emitted=len(emitted),
-                    drafted=len(draft_tokens),
-                    accepted=kept,
-                    draft_forwards=draft_forwards,
-                    draft_tokens_fed=draft_tokens_fed,
-                    source={"draft": kept, "bonus": len(emitted) - kept},
-                )
-            )
-            # Roll back: keep committed-so-far (incl. the old pending) + accepted drafts.
-            crop(target_cache, committed + n)
-            if draft_tokens:
-                draft_len = draft_cache.get_seq_length()  # = committed + len(draft_tokens) - 1
-                keep = min(draft_len, committed + n)
-                crop(draft_cache, keep)
-                # Tokens the draft cache still lacks, except the new pending bonus token.
-                draft_feed = out[keep - prompt_len : -1]
-            else:
-                draft_feed = draft_feed + out[-2:-1] if len(out) >= 2 else draft_feed
-        return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps))
+class _DraftChain:
+    """The speculative proposer for one sample: ``gamma`` tokens drafted autoregressively by the draft model.
+
+    Draft cache invariant between steps: it holds a prefix of the context; ``feed`` is the rest except the
+    pending token (the prompt before the first step, so the draft's prefill is charged to the first drafting
+    step; the last draft token after a fully accepted draft).
+    """
+
+    def __init__(self, decoder: SpeculativeDecoder):
+        self.d = decoder
+        self.cache = new_cache(decoder.draft_model)
+        self.feed: list[int] = []
+
+    def start(self, prompt: list[int]) -> None:
+        self.feed = list(prompt)
+
+    def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
+        d = self.d
+        gamma = min(d.gamma, remaining - 1)
+        tokens: list[int] = []
+        probs: dict[int, torch.Tensor] = {}  # sampling only: what each draft token was drawn from
+        forwards = fed = 0
+        feed = self.feed + [context[-1]]
+        if gamma > 0 and max(feed) < d._draft_embed:  # an id the draft cannot embed: draft nothing
+            device = d.draft_model.get_input_embeddings().weight.device
+            while len(tokens) < gamma:
+                logits = forward(d.draft_model, torch.tensor([feed], device=device), self.cache, logits_to_keep=1)
+                forwards += 1
+                fed += len(feed)
+                token, q = d._draft_next(logits, generator)
+                if q is not None:
+                    probs[len(tokens)] = q
+                tokens.append(token)
+                if token in d.eos_token_ids:
+                    break
+                feed = [token]
+        return DraftTree.chain(tokens, draft_probs=probs or None, labels=("draft",), draft_forwards=forwards,
+                               draft_tokens_fed=fed)
+
+    def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
+        committed = len(context) - len(verdict.emitted) - 1  # cached target tokens before this step
+        if tree.size:
+            # Roll back: keep what was committed before the step (old pending included) + accepted drafts.
+            keep = min(self.cache.get_seq_length(), committed + 1 + len(verdict.path))
+            crop(self.cache, keep)
+            self.feed = context[keep:-1]  # tokens the draft cache still lacks, except the new pending one
+        else:
+            self.feed = self.feed + [context[-2]]
+
+    def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
+        return {}

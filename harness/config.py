@@ -357,6 +357,19 @@ class OuroborosConfig(DecoderConfig):
 
 
 @dataclass
+class OptTreeConfig(DecoderConfig):
+    _target_: str = "decoders.opt_tree.OptTreeDecoder"
+    uses_draft: bool = field(default=True, metadata=FIXED)
+    num_nodes: int = field(default=60, metadata=at_least(1))         # node budget per step (paper repo: 60)
+    threshold: float = field(default=0.5, metadata=at_least(0.0))    # stop growing below this gain in E(A)
+    max_depth: int = field(default=10, metadata=at_least(1))         # draft layers at most
+    # beyond the paper, off by default
+    cost_aware: bool = False                                         # size the tree by measured forward costs
+    copy_tokens: int = field(default=0, metadata=at_least(0))        # hybrid tree: copied branch length
+    draft_on_copy: bool = True                                       # hybrid: also grow the draft's tree then
+
+
+@dataclass
 class PromptLookupConfig(DecoderConfig):
     _target_: str = "decoders.prompt_lookup.PromptLookupDecoder"
     max_ngram_size: int = field(default=3, metadata=at_least(1))
@@ -388,6 +401,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "base_decoder_lookahead": LookaheadConfig,
         "base_decoder_ouroboros": OuroborosConfig,
         "base_decoder_prompt_lookup": PromptLookupConfig,
+        "base_decoder_opt_tree": OptTreeConfig,
     },
 }
 #: ``_target_`` -> schema, for tasks and decoders (inline experiment decoders are checked by their target).

@@ -256,6 +256,45 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
     return fig
 
 
+def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "") -> Any:
+    """Accept length (left) and speedup with its CI (right) against the draft tree's node budget
+    (``num_nodes``): OPT-Tree's scaling figure. Points are the aggregate's rows with a ``num_nodes`` (each its
+    own decoder config, as in a tuning grid); one line per combination of the tree's other options
+    (:data:`TREE_OPTIONS`) and run group. Skipped unless ``num_nodes`` takes two values or more."""
+    if "num_nodes" not in agg or agg["num_nodes"].dropna().astype(str).nunique() < 2:
+        log.info("accept_length_vs_nodes skipped: fewer than two node budgets in the rows")
+        return None
+    trees = agg[agg["num_nodes"].notna()].copy()
+    options = [c for c in TREE_OPTIONS if c in trees and trees[c].astype(str).nunique() > 1]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    series = list(trees.groupby(["group", *options], sort=False, dropna=False)) if options or \
+        trees["group"].nunique() > 1 else [((), trees)]
+    for colour, (key, s) in zip(palette(len(series)), series):
+        key = key if isinstance(key, tuple) else (key,)
+        name = ", ".join(f"{k}={_fmt(v)}" for k, v in zip(options, key[1:])) or "opt_tree"
+        if trees["group"].nunique() > 1:
+            name += f" [{key[0]}]"
+        s = s.assign(_x=pd.to_numeric(s["num_nodes"], errors="coerce")).sort_values("_x")
+        axes[0].plot(s["_x"], s["accept_length"], marker="o", label=name, color=colour)
+        yerr = np.vstack([(s["speedup"] - s["speedup_low"]).fillna(0).clip(lower=0),
+                          (s["speedup_high"] - s["speedup"]).fillna(0).clip(lower=0)])
+        axes[1].errorbar(s["_x"], s["speedup"], yerr=yerr, marker="o", capsize=3, label=name, color=colour)
+    for ax in axes:
+        ax.set_xlabel("node budget (num_nodes)", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("accept length (tokens per target forward)", fontsize=8)
+    axes[1].set_ylabel("speedup vs vanilla", fontsize=8)
+    axes[1].axhline(1.0, color="gray", lw=0.8, ls="--")
+    _legend_outside(axes[1])
+    _titles(fig, "Accept length and speedup against the node budget", subtitle)
+    fig.tight_layout()
+    return fig
+
+
+#: Options of a draft tree that make separate lines in :func:`accept_length_vs_nodes`.
+TREE_OPTIONS = ("threshold", "max_depth", "cost_aware", "copy_tokens", "draft_on_copy")
+
+
 #: Stacked phases of :func:`time_breakdown`: (column, legend).
 PHASES = (("prefill_ms", "prefill (to the first token)"), ("draft_ms", "drafting"), ("verify_ms", "verifying"),
           ("decode_ms", "decode (phases not timed)"), ("other_ms", "other (host, bookkeeping)"))
@@ -325,6 +364,7 @@ FIGURES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "accept_length": (accept_length_by_decoder, ("agg",)),
     "acceptance_by_position": (acceptance_by_position, ("positions",)),
     "tokens_per_s_vs_param": (tokens_per_s_vs_param, ("agg", "swept")),
+    "accept_length_vs_nodes": (accept_length_vs_nodes, ("agg",)),
     "time_breakdown": (time_breakdown, ("breakdown",)),
     "warm_vs_cold": (warm_vs_cold, ("warm_cold",)),
 }

@@ -14,6 +14,7 @@ import torch
 
 from decoders.hf_assisted import HFAssistedDecoder
 from decoders.lookahead import LookaheadDecoder
+from decoders.opt_tree import OptTreeDecoder
 from decoders.ouroboros import OuroborosDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
@@ -39,8 +40,11 @@ FACTORIES = {
     "ouroboros_options": lambda t, d, e: OuroborosDecoder(
         t, d, gamma=5, window_size=4, ngram_size=4, guess_set_size=4, topk=3, free_draft_min_match=2,
         draft_vocab_size=200, stop_confidence=0.5, branch_confidence=0.9, max_branches=2, eos_token_ids=e),
+    "opt_tree": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, eos_token_ids=e),
+    "opt_tree_hybrid": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, copy_tokens=6,
+                                                      eos_token_ids=e),
 }
-ROLLS_BACK = ("speculative", "prompt_lookup", "lookahead", "ouroboros")
+ROLLS_BACK = ("speculative", "prompt_lookup", "lookahead", "ouroboros", "opt_tree")
 
 
 def _check_counters(res, name: str) -> None:
@@ -75,7 +79,9 @@ def test_counters_add_up_to_kept_tokens_with_eos_inside_drafts(name, target, pro
             _check_counters(res, name)
             last = res.steps[-1]
             mid_draft_eos += res.token_ids[-1] in eos and last.emitted > 1 and last.emitted == last.accepted
-    if name not in ("vanilla", "hf_assisted"):  # the EOS really arrived inside an accepted draft
+    # The EOS really arrived inside an accepted draft. Not for opt_tree: on these flat tiny models its best tree
+    # is one layer wide (tests/test_opt_tree.py checks a mid-tree EOS with confident models).
+    if name not in ("vanilla", "hf_assisted", "opt_tree"):
         assert mid_draft_eos > 0
 
 
@@ -135,7 +141,7 @@ def wide_target(tokenizer, prompt_ids):
     return model
 
 
-@pytest.mark.parametrize("name", ["speculative", "ouroboros", "ouroboros_options"])
+@pytest.mark.parametrize("name", ["speculative", "ouroboros", "ouroboros_options", "opt_tree", "opt_tree_hybrid"])
 def test_target_id_the_draft_cannot_embed(name, wide_target, target, prompt_ids):
     """The target emits id 290 >= the draft's 260-ish embeddings: no IndexError; drafting stops, output exact."""
     draft = target  # the narrow model drafts

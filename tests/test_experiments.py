@@ -33,7 +33,9 @@ CONF = ROOT / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 HELD_OUT = ["race_heldout_humaneval", "race_heldout_mbpp", "race_heldout_gsm8k", "sampled_heldout_humaneval"]
 TUNE = ["tune_all", "tune_all_mbpp", "tune_speculative", "tune_lookahead", "tune_prompt_lookup",
-        "tune_hf_assisted", "tune_ouroboros"]
+        "tune_hf_assisted", "tune_ouroboros", "tune_trees"]
+#: Presets measured at tune_all's 128 tokens (tune_trees: the tree points of tune_all, to add to its run).
+TUNE_128 = ("tune_all", "tune_trees")
 
 _spec = importlib.util.spec_from_file_location("tune", ROOT / "benchmarks" / "tune.py")
 tune = importlib.util.module_from_spec(_spec)
@@ -85,7 +87,7 @@ def test_tuning_presets_run_on_the_dev_split(name):
     assert params["task.offset"] == 0 and params["task.limit"] <= 20        # HumanEval 0-19 / MBPP's first dev ids
     assert params["runner.order"] == "rotate"
     # the protocol's one-sitting tuning run measures 128 tokens; the finer family sweeps the race's 256
-    assert params["runner.max_new_tokens"] == (128 if name == "tune_all" else 256)
+    assert params["runner.max_new_tokens"] == (128 if name in TUNE_128 else 256)
     cfg = harness.config.compose([f"experiment={name}"], return_hydra_config=True)
     assert OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"] == \
         "results/tuning/${hydra.runtime.choices.experiment}"                # one fixed folder: re-run = resume
@@ -96,7 +98,7 @@ def test_tuning_presets_run_on_the_dev_split(name):
     assert cfg.model.dtype == "auto"
     decoders = list(cfg.decoder)
     assert decoders[0] == "vanilla" and len(decoders) >= 3
-    family = name.removeprefix("tune_")
+    family = {"tune_trees": "opt_tree"}.get(name, name.removeprefix("tune_"))
     if family not in ("all", "all_mbpp"):
         assert all(family in tune.FAMILIES_OF_TARGET[cfg.decoder[d]._target_] for d in decoders[1:])
     else:
@@ -183,7 +185,9 @@ TARGETS = {"speculative": ("decoders.speculative.SpeculativeDecoder", True),
            "prompt_lookup": ("decoders.prompt_lookup.PromptLookupDecoder", False),
            "lookahead": ("decoders.lookahead.LookaheadDecoder", False),
            "hf_assisted": ("decoders.hf_assisted.HFAssistedDecoder", True),
-           "ouroboros": ("decoders.ouroboros.OuroborosDecoder", True)}
+           "ouroboros": ("decoders.ouroboros.OuroborosDecoder", True),
+           "opt_tree": ("decoders.opt_tree.OptTreeDecoder", True)}
+TREE = dict(threshold=0.5, max_depth=10, cost_aware=False, copy_tokens=0, draft_on_copy=True)
 OURO = dict(window_size=4, ngram_size=4, guess_set_size=4, topk=3, pool_scope="sample", seed=0, pool_from_prompt=False,
             free_draft_min_match=0, draft_vocab_size=0, stop_confidence=0.0, branch_confidence=0.0, max_branches=1)
 #: name -> (family, params, speedup factor, samples that diverge from vanilla)
@@ -201,6 +205,9 @@ GRID_MORE = {
                                                     "assistant_confidence_threshold": 0.0}, 1.7, ()),
     "ouroboros_g6": ("ouroboros", {"gamma": 6, **OURO}, 1.9, ()),
     "ouroboros_g6_prompt": ("ouroboros", {"gamma": 6, **{**OURO, "pool_from_prompt": True}}, 2.4, ()),
+    "opt_tree_n32": ("opt_tree", {"num_nodes": 32, **TREE}, 2.2, ()),
+    "opt_tree_hybrid_n32": ("opt_tree", {"num_nodes": 32, **{**TREE, "copy_tokens": 20, "draft_on_copy": False}},
+                            2.9, ()),
 }
 
 
@@ -311,3 +318,16 @@ def test_paper_faithful_ouroboros_excludes_extensions(tmp_path, capsys):
     assert status == 0, capsys.readouterr()
     assert yaml.safe_load((out / "ouroboros_tuned.yaml").read_text())["pool_from_prompt"] is False
     assert yaml.safe_load((out / "ouroboros_best_tuned.yaml").read_text())["pool_from_prompt"] is True
+
+
+def test_tune_opt_tree_families_split_paper_faithful_from_extensions(tmp_path, capsys):
+    """opt_tree takes only paper-faithful points (neither cost-aware nor hybrid); opt_tree_best takes any."""
+    out = tmp_path / "decoder"
+    runs = _tuning_runs(tmp_path, all_families=True)
+    status = tune.main([str(r) for r in runs] + ["--conf-dir", str(out), "--combine", "task", "--family", "opt_tree",
+                                                 "--family", "opt_tree_best"])
+    assert status == 0, capsys.readouterr().out
+    paper = yaml.safe_load((out / "opt_tree_tuned.yaml").read_text())
+    best = yaml.safe_load((out / "opt_tree_best_tuned.yaml").read_text())
+    assert paper["num_nodes"] == 32 and paper.get("copy_tokens", 0) == 0
+    assert best["copy_tokens"] == 20 and best["draft_on_copy"] is False

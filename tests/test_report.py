@@ -349,7 +349,7 @@ def test_per_category_tables(task, column, cats, tmp_path):
 def test_report_plots_draws_every_figure(sweep, tmp_path):
     written = report.write_report([sweep], tmp_path / "rep", plots=True)
     figs = {k.split("/")[1].rsplit(".", 1)[0] for k in written if k.startswith("figures/")}
-    assert figs == set(plots.FIGURES)
+    assert figs == set(plots.FIGURES) - TREE_FIGURES  # the gamma sweep has no draft tree
     for name in figs:
         for ext in (".png", ".pdf"):
             p = tmp_path / "rep" / "figures" / f"{name}{ext}"
@@ -381,6 +381,8 @@ def test_figures_are_readable(frames):
     sub = report.subtitle(agg)
     assert sub == "target-7b / draft-1b · float32 · test cpu · humaneval (4 samples), mbpp (4 samples)"
     for name, (fn, needs) in plots.FIGURES.items():
+        if name in TREE_FIGURES:
+            continue  # tested on a node-budget sweep: test_node_budget_figure
         fig = fn(*[fr[k] for k in needs], subtitle=sub)
         assert fig is not None, name
         assert sub in fig._suptitle.get_text(), name
@@ -400,6 +402,37 @@ def test_figures_are_readable(frames):
     fig.canvas.draw()
     assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
     plots.plt.close(fig)
+
+
+#: Figures that only a draft-tree sweep draws.
+TREE_FIGURES = {"accept_length_vs_nodes"}
+
+
+def test_node_budget_figure(tmp_path, caplog):
+    """OPT-Tree's scaling figure: accept length and speedup against num_nodes, one line per tree option; each
+    grid point is its own decoder config (as in tune_trees)."""
+    rows = []
+    for i, (nodes, hybrid, factor) in enumerate([(16, 0, 1.8), (32, 0, 2.1), (60, 0, 2.0), (16, 20, 2.4), (32, 20, 2.6)]):
+        for r in fixture_rows("t", tasks=["humaneval"], spec_factor=factor, pattern=(nodes // 8, 2, 3)):
+            if r["decoder"] == "vanilla":
+                if i == 0:
+                    rows.append(r)
+                continue
+            params = {"num_nodes": nodes, "threshold": 0.5, "max_depth": 10, "copy_tokens": hybrid}
+            r.update(params, decoder=f"opt_tree_n{nodes}_c{hybrid}", decoder_params=json.dumps(params, sort_keys=True))
+            rows.append(r)
+    rows_df = report.load_rows([write_run(tmp_path / "trees", rows)])
+    agg = metrics.aggregate(rows_df)
+    fig = plots.accept_length_vs_nodes(agg, subtitle="s")
+    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert texts == ["copy_tokens=0", "copy_tokens=20"]
+    lines = fig.axes[0].get_lines()
+    assert [list(line.get_xdata()) for line in lines] == [[16, 32, 60], [16, 32]]
+    assert "node budget" in fig.axes[0].get_xlabel() and "accept length" in fig.axes[0].get_ylabel()
+    plots.plt.close(fig)
+    with caplog.at_level(logging.INFO, logger="plots"):   # one budget only: nothing to plot against
+        assert plots.accept_length_vs_nodes(agg[agg["num_nodes"].isin([16, None]) | agg["num_nodes"].isna()]) is None
+    assert "accept_length_vs_nodes skipped" in caplog.text
 
 
 def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):

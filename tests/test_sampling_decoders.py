@@ -1,44 +1,104 @@
-"""Every sampling decoder draws from the target's own distribution.
+"""Every decoder with a draft model or copied drafts samples from the target's own distribution.
 
-Tiny float32 models with an 8-id vocabulary (:func:`sampling_stats.tiny_model`): the exact distribution of
-the first ``MAX_NEW = 3`` tokens (cut after the EOS id 7) is enumerated as the product of the target's
-processed conditional distributions (temperature 0.8, top-k 6, top-p 0.95: all three transformers warpers
-active) and compared with each decoder's outputs over ``RUNS`` seeds -- whole sequences and each position's
-marginal, chi-square, Bonferroni-combined, false-alarm rate ``ALPHA`` = 1e-3 per test (see
-:mod:`sampling_stats`). The seeds are fixed, so the outcome is deterministic.
+Tiny float32 models with an 8-id vocabulary (:func:`sampling_stats.tiny_model`): the exact distribution of the
+first ``MAX_NEW = 4`` tokens (cut after the EOS id 7) is enumerated as the product of the target's processed
+conditional distributions (temperature 0.6, top-k 6, top-p 0.95: all three transformers warpers active) and
+compared with each decoder's outputs over ``RUNS`` seeds -- whole sequences, each position's marginal and each
+pair of neighbouring positions, chi-square, Bonferroni-combined, false-alarm rate ``ALPHA`` = 1e-3 per test (see
+:mod:`sampling_stats`). Each decoder configuration draws its own seeds (:func:`sampling_stats.seed_base`); the
+seeds are fixed, so the outcome is deterministic. With ``gamma = 2`` the first step after the prefill's token
+drafts 2 tokens, so the 4th token is the bonus token after a fully accepted draft (checked to happen, with
+rejections, for the decoders whose step records show it).
 
-Measured p-values with these seeds: 0.16 .. 1 for the correct decoders; for the wrong variants below (with
-``WRONG_RUNS`` / ``GROSS_RUNS`` runs) 1e-11 .. 1e-16 for the swapped speculative verifiers, 1e-15 .. 1e-62 for
-prompt lookup's, 1e-31 for the ensemble, and 0 (outcomes of probability 0) for the unwarped variants.
+Each test is shown to fail on deliberately wrong variants: the wrong rules of :mod:`sampling_stats` swapped in
+for every sampling verification entry point (:func:`sampling_stats.swap_rule`) -- a target-argmax child always
+accepted, no residual (resampling from the target), one uniform shared by a whole verification, a residual not
+renormalised between siblings (trees only), the bonus token drawn from the last draft position's distribution,
+and (sampled drafts) the draft's distribution recorded at temperature 1 or without the warpers while the token
+was drawn from the warped one; transformers' lossy ``assistant_ensemble_weight`` (DIVERSE) for ``hf_assisted``,
+a generation config without explicit top-k / top-p for ``hf_greedy`` (transformers' global default top_k=50
+would then apply), and unprocessed logits for vanilla.
 
-Each test is shown to fail on a deliberately wrong variant: the verifiers of :mod:`sampling_stats` swapped into
-the decoder module, transformers' lossy ``assistant_ensemble_weight`` (DIVERSE) for ``hf_assisted``, a
-generation config without explicit top-k / top-p for ``hf_greedy`` (transformers' global default top_k=50 would
-then apply), and unprocessed logits for vanilla.
+Measured p-values with these seeds (runs in brackets; in the order speculative / prompt_lookup / opt_tree /
+opt_tree hybrid where several): correct decoders 0.045 .. 1 (vanilla 1, speculative 0.56, speculative with the
+close draft 1 [1000], prompt_lookup 0.34, hf_assisted 0.045, hf_greedy 0.78, opt_tree 1, hybrid 1, a larger draft
+vocabulary 1 [300]). Wrong rules: ``accept_argmax`` [200] 3e-24 / 2e-50 / 9e-63 / 6e-54; ``resample_target``
+[200] 3e-13 / 5e-13 / 1e-11 / 6e-18; ``stale_bonus`` [200] 0 (outcomes of probability 0); ``shared_uniform``
+[400] 2e-16 / 9e-21 / 1e-32 / 4e-27; ``unnormalised_residual`` [600] 1e-17 / 9e-6 (trees); with the close draft
+``draft_temperature`` [1000] 1e-9 and ``draft_unwarped`` [400] 2e-13. Unprocessed logits (vanilla) [200] 0,
+the ensemble (hf_assisted) [200] 3e-42, implicit warpers (hf_greedy) [200] 0. Over four other seed streams the
+subtle rules stay below 1e-5: worst 4e-11 (``shared_uniform``), 2e-6 (``unnormalised_residual``), 2e-7
+(``draft_temperature``), 2e-9 (``draft_unwarped``).
 """
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
-import decoders.prompt_lookup
-import decoders.speculative
 from decoders.common.sampling import SamplingConfig
 from decoders.hf_assisted import HFAssistedDecoder, HFGreedyDecoder
+from decoders.opt_tree import OptTreeDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
 from harness.models import build_tiny_random
-from sampling_stats import (ALPHA, MISTAKES, VOCAB, distribution_pvalue, exact_sequence_probs, greedy_prompt,
-                            sample_counts, sharpened, tiny_model, wrong_multi_candidate_verify, wrong_rejection_verify)
+from sampling_stats import (ALPHA, DRAFT_MISTAKES, TREE_MISTAKES, VOCAB, LogitsRecordingSampling, distribution_pvalue,
+                            exact_sequence_probs, greedy_prompt, sample_counts, seed_base, sharpened, swap_rule,
+                            tiny_model, wrong_rule)
 
-SAMPLING = SamplingConfig(temperature=0.8, top_p=0.95, top_k=6)
+WARPERS = dict(temperature=0.6, top_p=0.95, top_k=6)
+SAMPLING = SamplingConfig(**WARPERS)
 EOS = frozenset({7})
-MAX_NEW = 3
-RUNS = 600         # correct decoders
-WRONG_RUNS = 400   # wrong verifiers swapped in
-GROSS_RUNS = 200   # grossly wrong variants
+MAX_NEW = 4
+RUNS = 600          # correct decoders (more where a wrong rule needs more: see correct_runs)
+WRONG_RUNS = 400    # subtly wrong rules
+GROSS_RUNS = 200    # grossly wrong variants (p far below ALPHA at 400 runs)
+
+#: Decoder configurations: name -> (draft model, constructor (target, draft, sampling)). The over-confident
+#: draft makes over-acceptance and a missing residual show; the close draft (acceptance ratios near 1) makes a
+#: wrongly recorded draft distribution show.
+DECODERS = {
+    "vanilla": (None, lambda t, d, s: VanillaDecoder(t, EOS, sampling=s)),
+    "speculative": ("confident", lambda t, d, s: SpeculativeDecoder(t, d, gamma=2, eos_token_ids=EOS, sampling=s)),
+    "speculative/close-draft": ("close", lambda t, d, s: SpeculativeDecoder(t, d, gamma=2, eos_token_ids=EOS,
+                                                                            sampling=s)),
+    "prompt_lookup": (None, lambda t, d, s: PromptLookupDecoder(t, max_ngram_size=2, num_draft_tokens=2,
+                                                                eos_token_ids=EOS, sampling=s)),
+    "hf_assisted": ("confident", lambda t, d, s: HFAssistedDecoder(
+        t, d, gamma=2, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0, eos_token_ids=EOS,
+        sampling=s)),
+    "hf_greedy": (None, lambda t, d, s: HFGreedyDecoder(t, EOS, sampling=s)),
+}
+#: Draft-tree decoders (deterministic candidates: the draft's most likely tokens, several siblings per node).
+TREE_DECODERS = {
+    "opt_tree": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
+                                                         eos_token_ids=EOS, sampling=s)),
+    "opt_tree/hybrid": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
+                                                                copy_tokens=3, eos_token_ids=EOS, sampling=s)),
+}
+ALL_DECODERS = {**DECODERS, **TREE_DECODERS}
+#: Decoders whose step records show drafts accepted and rejected, and fully accepted drafts followed by a bonus.
+LINEAR_DRAFTS = ("speculative", "speculative/close-draft", "prompt_lookup")
+
+#: (decoder, wrong rule, runs): every wrong rule that can show in the decoder's verification, with the runs that
+#: reject it by a wide margin (the measured p-values above).
+WRONG_CASES = [
+    *[(name, m, GROSS_RUNS) for name in ("speculative", "prompt_lookup", *TREE_DECODERS)
+      for m in ("accept_argmax", "resample_target", "stale_bonus")],
+    *[(name, "shared_uniform", WRONG_RUNS) for name in ("speculative", "prompt_lookup", *TREE_DECODERS)],
+    *[(name, "unnormalised_residual", RUNS) for name in TREE_DECODERS],
+    ("speculative/close-draft", "draft_temperature", 1000),
+    ("speculative/close-draft", "draft_unwarped", WRONG_RUNS),
+]
+
+
+def correct_runs(name: str) -> int:
+    """Runs of the correct decoder: as many as any wrong rule of its configuration gets, so the test that
+    rejects the wrong rule is the one the decoder passes."""
+    return max([RUNS] + [runs for case, _, runs in WRONG_CASES if case == name])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,9 +116,17 @@ def target():
 
 
 @pytest.fixture(scope="module")
-def draft(target):
-    """Over-confident in the target's likely tokens: rejections and residual draws both happen."""
-    return sharpened(target, factor=3.0, noise=0.3, seed=1)
+def drafts(target):
+    """``confident``: over-confident in the target's likely tokens (rejections and residual draws both happen);
+    ``close``: the target with a perturbed LM head, spread like it (rejections, residual draws and fully accepted
+    drafts all happen, at acceptance ratios near 1)."""
+    return {"confident": sharpened(target, factor=3.0, noise=0.3, seed=1),
+            "close": sharpened(target, factor=1.0, noise=0.3, seed=1)}
+
+
+def _decoder(name, target, drafts, sampling=SAMPLING):
+    draft, make = ALL_DECODERS[name]
+    return make(target, drafts.get(draft), sampling)
 
 
 @pytest.fixture(scope="module")
@@ -74,28 +142,30 @@ def exact(target, prompt):
     return probs
 
 
-def _pvalue(decoder, prompt, exact, runs=RUNS) -> float:
+def _run(name, decoder, prompt, exact, runs):
+    """p-value of the decoder's outputs over ``runs`` seeds (the configuration's own), and its step counters."""
     ids = torch.tensor([prompt])
-    counts = sample_counts(lambda g: decoder.generate(ids, MAX_NEW, generator=g).token_ids, runs, seed=10_000)
-    return distribution_pvalue(counts, exact)
+    stats = collections.Counter()
+
+    def generate(g):
+        result = decoder.generate(ids, MAX_NEW, generator=g)
+        for s in result.steps[1:]:
+            stats.update(drafted=s.drafted, accepted=s.accepted,
+                         full_then_bonus=s.drafted > 0 and s.accepted == s.drafted and s.emitted > s.accepted)
+        return result.token_ids
+
+    counts = sample_counts(generate, runs, seed=seed_base(f"sampling/{name}"))
+    return distribution_pvalue(counts, exact), stats
 
 
-def _decoders(target, draft):
-    return {
-        "vanilla": lambda: VanillaDecoder(target, EOS, sampling=SAMPLING),
-        "speculative": lambda: SpeculativeDecoder(target, draft, gamma=2, eos_token_ids=EOS, sampling=SAMPLING),
-        "prompt_lookup": lambda: PromptLookupDecoder(target, max_ngram_size=2, num_draft_tokens=2,
-                                                     eos_token_ids=EOS, sampling=SAMPLING),
-        "hf_assisted": lambda: HFAssistedDecoder(target, draft, gamma=2, num_assistant_tokens_schedule="constant",
-                                                 assistant_confidence_threshold=0, eos_token_ids=EOS,
-                                                 sampling=SAMPLING),
-        "hf_greedy": lambda: HFGreedyDecoder(target, EOS, sampling=SAMPLING),
-    }
-
-
-@pytest.mark.parametrize("name", ["vanilla", "speculative", "prompt_lookup", "hf_assisted", "hf_greedy"])
-def test_output_distribution_is_the_targets(name, target, draft, prompt, exact):
-    assert _pvalue(_decoders(target, draft)[name](), prompt, exact) > ALPHA
+@pytest.mark.parametrize("name", list(ALL_DECODERS))
+def test_output_distribution_is_the_targets(name, target, drafts, prompt, exact):
+    p, stats = _run(name, _decoder(name, target, drafts), prompt, exact, correct_runs(name))
+    if name in LINEAR_DRAFTS or name in TREE_DECODERS:
+        assert 0 < stats["accepted"] < stats["drafted"], stats  # the rule ran: drafts accepted and rejected
+    if name in LINEAR_DRAFTS:
+        assert stats["full_then_bonus"] > 0, stats  # the bonus token after a whole draft is among the tokens tested
+    assert p > ALPHA
 
 
 def test_speculative_with_a_larger_draft_vocabulary(target, prompt, exact):
@@ -104,28 +174,26 @@ def test_speculative_with_a_larger_draft_vocabulary(target, prompt, exact):
                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
                                   vocab_size=VOCAB + 3, logit_scale=30.0), seed=5, vocab_size=VOCAB)
     decoder = SpeculativeDecoder(target, wide, gamma=2, eos_token_ids=EOS, sampling=SAMPLING)
-    assert _pvalue(decoder, prompt, exact, runs=RUNS // 2) > ALPHA
+    assert _run("speculative/wide-draft", decoder, prompt, exact, runs=RUNS // 2)[0] > ALPHA
 
 
 # --- the same tests reject deliberately wrong variants ---------------------------------------------------
 
-@pytest.mark.parametrize("mistake", MISTAKES)
-def test_speculative_test_rejects_wrong_verifier(mistake, monkeypatch, target, draft, prompt, exact):
-    monkeypatch.setattr(decoders.speculative, "rejection_verify", wrong_rejection_verify(mistake))
-    decoder = _decoders(target, draft)["speculative"]()
-    assert _pvalue(decoder, prompt, exact, WRONG_RUNS) < ALPHA
+def test_every_wrong_rule_has_a_case():
+    assert {mistake for _, mistake, _ in WRONG_CASES} == set(TREE_MISTAKES + DRAFT_MISTAKES)
 
 
-@pytest.mark.parametrize("mistake", MISTAKES)
-def test_prompt_lookup_test_rejects_wrong_verifier(mistake, monkeypatch, target, draft, prompt, exact):
-    monkeypatch.setattr(decoders.prompt_lookup, "multi_candidate_verify", wrong_multi_candidate_verify(mistake))
-    decoder = _decoders(target, draft)["prompt_lookup"]()
-    assert _pvalue(decoder, prompt, exact, WRONG_RUNS) < ALPHA
+@pytest.mark.parametrize("name, mistake, runs", WRONG_CASES)
+def test_rejects_wrong_rule(name, mistake, runs, monkeypatch, target, drafts, prompt, exact):
+    sampling = LogitsRecordingSampling(**WARPERS)  # samples as SAMPLING; lets "draft_unwarped" find the logits
+    swap_rule(monkeypatch, wrong_rule(mistake, sampling))
+    assert _run(name, _decoder(name, target, drafts, sampling), prompt, exact, runs)[0] < ALPHA
 
 
 def test_vanilla_test_rejects_unprocessed_logits(target, prompt, exact):
     """Sampling from softmax(logits) without the warpers (temperature 1, no top-k / top-p) is caught."""
-    assert _pvalue(VanillaDecoder(target, EOS, sampling=SamplingConfig(1.0)), prompt, exact, GROSS_RUNS) < ALPHA
+    decoder = VanillaDecoder(target, EOS, sampling=SamplingConfig(1.0))
+    assert _run("vanilla", decoder, prompt, exact, GROSS_RUNS)[0] < ALPHA
 
 
 class _EnsembleAssisted(HFAssistedDecoder):
@@ -146,11 +214,11 @@ class _ImplicitWarpers(HFGreedyDecoder):
         return config
 
 
-def test_hf_assisted_test_rejects_lossy_verification(target, draft, prompt, exact):
-    decoder = _EnsembleAssisted(target, draft, gamma=2, num_assistant_tokens_schedule="constant",
+def test_hf_assisted_test_rejects_lossy_verification(target, drafts, prompt, exact):
+    decoder = _EnsembleAssisted(target, drafts["confident"], gamma=2, num_assistant_tokens_schedule="constant",
                                 assistant_confidence_threshold=0, eos_token_ids=EOS, sampling=SAMPLING)
-    assert _pvalue(decoder, prompt, exact, GROSS_RUNS) < ALPHA
+    assert _run("hf_assisted", decoder, prompt, exact, GROSS_RUNS)[0] < ALPHA
 
 
 def test_hf_greedy_test_rejects_implicit_warpers(target, prompt, exact):
-    assert _pvalue(_ImplicitWarpers(target, EOS, sampling=SAMPLING), prompt, exact, GROSS_RUNS) < ALPHA
+    assert _run("hf_greedy", _ImplicitWarpers(target, EOS, sampling=SAMPLING), prompt, exact, GROSS_RUNS)[0] < ALPHA

@@ -7,9 +7,9 @@ new row, and once all rows are filled every column read top to bottom plus its n
 harvested into the :class:`~decoders.common.ngram_pool.NGramPool`. The window then shifts up by one row.
 
 What lives here: :class:`JacobiWindow` (initialisation from the prompt, the tokens to feed, the update
-after a forward). What does not: the forward itself, the verification branch and the KV cache, which
-belong to :class:`decoders.common.lookahead_step.LookaheadStepper`, the one lookahead step that both
-:class:`decoders.lookahead.LookaheadDecoder` (on the target) and Ouroboros (on its draft model) run.
+after a forward). What does not: the layout with the verification branch
+(:class:`decoders.common.lookahead_step.LookaheadBranches`, shared by lookahead on the target, through the
+decode driver, and Ouroboros' drafter on its draft model), the forward and the KV cache.
 """
 
 from __future__ import annotations

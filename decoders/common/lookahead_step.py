@@ -1,20 +1,28 @@
-"""One lookahead-decoding step of a model on itself: the single implementation behind lookahead decoding (on
-the target) and Ouroboros' phrase-level drafting (on the draft).
+"""Lookahead decoding's window and n-gram branches, and one lookahead step of a model on itself.
 
 Fu, Bailis, Stoica & Zhang 2024 (arXiv 2402.02057, ICML 2024), Algorithm 1 (greedy) and section 3.4 (sampling).
-One forward feeds, as one token tree (:func:`decoders.common.tree.lookahead_layout`):
+One lookahead forward feeds, as one token tree (:func:`decoders.common.tree.lookahead_layout`), after the
+*input token* (the last known token):
 
-* the tokens the KV cache lacks, ending with the *input token* (the last known token), as a causal chain
-  (:func:`decoders.common.tree.prepend_chain`; lookahead decoding feeds one, Ouroboros' drafter catches up on
-  what the target accepted);
 * the **lookahead branch**: the Jacobi window (:class:`~decoders.common.jacobi.JacobiWindow`);
 * the **verification branch**: up to ``G`` pool n-grams keyed by the input token, cut to the tokens still
-  wanted, verified against THIS model's own predictions.
+  wanted.
 
-Greedy (temperature 0): an n-gram token is accepted while it equals the model's argmax
-(:func:`decoders.common.verify.branch_verify`); the step emits the longest accepted n-gram prefix plus the
-model's own next token, exactly the model's greedy continuation. Sampling (temperature > 0): the n-grams are
-deterministic candidates verified against the model's processed distribution
+:class:`LookaheadBranches` is that model-free part, shared by both users: it lays out the window and the
+n-grams (:meth:`~LookaheadBranches.plan`) and, once the model has run, advances the window by one row and
+harvests its ``W`` n-grams into the pool (:meth:`~LookaheadBranches.absorb`). The window's new row is the
+model's **argmax** at its last row in both modes: window entries are only guesses that feed the pool, and never
+decide which tokens are emitted (no random draws). Lookahead decoding on the target
+(:class:`decoders.lookahead.LookaheadDecoder`) hands the layout to the shared decode loop
+(:func:`decoders.common.driver.decode`), which runs the target and verifies the n-grams.
+
+:class:`LookaheadStepper` runs a model on ITSELF (Ouroboros' phrase-level drafting on the draft model): its own
+forward, which also feeds, as a causal chain in front (:func:`decoders.common.tree.prepend_chain`), the tokens
+its KV cache lacks (the drafter catches up on what the target accepted), and its own verification of the
+n-grams against THIS model's predictions. Greedy (temperature 0): an n-gram token is accepted while it equals
+the model's argmax (:func:`decoders.common.verify.branch_verify`); the step emits the longest accepted n-gram
+prefix plus the model's own next token, exactly the model's greedy continuation. Sampling (temperature > 0):
+the n-grams are deterministic candidates verified against the model's processed distribution
 (:meth:`~decoders.common.sampling.SamplingConfig.probs`) by the multi-candidate rule
 (:func:`decoders.common.verify.multi_candidate_tree_verify`: SpecInfer's multi-step speculative sampling, as
 lookahead decoding's sampling mode applies it, arXiv 2402.02057 section 3.4): the candidates' first tokens are
@@ -22,17 +30,14 @@ tried in turn against the residual, the accepted candidate(s) continue at the ne
 drawn from the remaining residual -- so the emitted tokens are a sample of the model's own sampling
 distribution, whatever the pool holds. The step also returns the distribution each emitted token was drawn
 from (its marginal: the model's processed distribution after the preceding tokens), which Ouroboros' target
-verification needs as the draft distribution of its trunk.
+verification needs as the draft distribution of its trunk. Either way the emitted tokens are cut just after an
+EOS id and only their KV entries are kept (:func:`decoders.common.kv_cache.keep_path`).
 
-Either way the emitted tokens are cut just after an EOS id, only their KV entries are kept
-(:func:`decoders.common.kv_cache.keep_path`), and the window advances by one row and harvests its ``W`` n-grams
-into the pool. The window's new row is the model's **argmax** at its last row in both modes: window entries are
-only guesses that feed the pool, and never decide which tokens are emitted.
-
-What lives here: :class:`LookaheadStepper` (cache + window + sequence of one model; ``start``, ``prefill``,
-``sync``, ``step``), :class:`StepOutput`, and :class:`LookaheadDrafter`, the drafting loop Ouroboros runs on
-its draft model with it. What does not: the decoders' loops, statistics and the target verification of
-Ouroboros (:mod:`decoders.lookahead`, :mod:`decoders.ouroboros`).
+What lives here: :class:`LookaheadBranches` and :class:`LookaheadPlan`; :class:`LookaheadStepper` (cache +
+branches + sequence of one model; ``start``, ``prefill``, ``sync``, ``step``) and :class:`StepOutput`;
+:class:`LookaheadDrafter`, the drafting loop Ouroboros runs on its draft model with it. What does not: the
+decode loop, the target's verification and the decoders' statistics (:mod:`decoders.common.driver`,
+:mod:`decoders.lookahead`, :mod:`decoders.ouroboros`).
 """
 
 from __future__ import annotations
@@ -60,6 +65,104 @@ def max_depth_after(model: PreTrainedModel, position: int) -> int:
     """How far past ``position`` a tree token may sit without exceeding ``max_position_embeddings``."""
     max_pos = getattr(model.config, "max_position_embeddings", None)
     return max_pos - 1 - position if max_pos else sys.maxsize
+
+
+@dataclass(frozen=True)
+class LookaheadPlan:
+    """What one lookahead forward feeds after the input token, in :func:`~decoders.common.tree.lookahead_layout`
+    order (:meth:`LookaheadBranches.plan`).
+
+    Attributes:
+        input_token: the token fed first (layout index 0): the last known token.
+        layout: the layout: window rows (row 0 column 0 is the input token), then the verification n-grams.
+        tokens: the tokens after the input token (layout indices ``1 .. layout.size - 1``): the window's
+            guesses (none when the window is left out), then the n-grams' tokens.
+        guesses: the verification n-grams, distinct, ``guess_len`` tokens each.
+        guess_len: tokens per n-gram (0 when there is none).
+        use_window: the window is fed; :meth:`LookaheadBranches.absorb` then advances it.
+    """
+
+    input_token: int
+    layout: LookaheadLayout
+    tokens: list[int]
+    guesses: list[tuple[int, ...]]
+    guess_len: int
+    use_window: bool
+
+    @property
+    def last_row(self) -> range:
+        """Layout indices of the window's last row; the model's argmax after them is the window's new row
+        (empty when the window is left out)."""
+        if not self.use_window:
+            return range(0)
+        start = self.layout.row_starts[-1]
+        return range(start, start + self.layout.row_lengths[-1])
+
+
+class LookaheadBranches:
+    """The two branches of lookahead decoding without the model: the Jacobi window (lookahead branch) and the
+    pool n-grams keyed by the input token (verification branch).
+
+    :meth:`plan` lays out one forward's tokens after the input token; once the model has run over them,
+    :meth:`absorb` takes its argmax at the window's last row, advances the window by one row and harvests its
+    ``W`` n-grams into the pool. Whoever runs the forward verifies the n-grams: the target's decode loop
+    (:class:`decoders.lookahead.LookaheadDecoder`, through :func:`decoders.common.driver.decode`) or
+    :meth:`LookaheadStepper.step` (a model on itself: Ouroboros' drafter).
+
+    Args:
+        pool: the n-gram pool (n-grams of ``ngram_size``), shared with the caller.
+        window_size: ``W >= 1`` Jacobi window columns.
+        ngram_size: ``N >= 2``; the window has ``N - 1`` rows and verified n-grams hold ``N - 1`` tokens.
+        seed: seed of the window's initialisation from the prompt.
+
+    Raises:
+        ValueError: if the pool's n-gram size differs from ``ngram_size``.
+    """
+
+    def __init__(self, pool: NGramPool, window_size: int, ngram_size: int, seed: int = 0):
+        if pool.ngram_size != ngram_size:
+            raise ValueError(f"the pool holds {pool.ngram_size}-grams, the window makes {ngram_size}-grams")
+        self.pool = pool
+        self.window_size = window_size
+        self.ngram_size = ngram_size
+        self.seed = seed
+        self.window: JacobiWindow | None = None
+        self.pool_hits = 0  # plans that verify at least one pool n-gram (this sample)
+
+    def start(self, prompt: Sequence[int]) -> None:
+        """Begin a sample: a fresh window drawn from ``prompt``, no pool hits."""
+        self.window = JacobiWindow(self.window_size, self.ngram_size, prompt, self.seed)
+        self.pool_hits = 0
+
+    def plan(self, input_token: int, budget: int, max_depth: int, advance_window: bool = True) -> LookaheadPlan:
+        """The tokens of the next forward after ``input_token``.
+
+        Args:
+            input_token: the last known token (the n-grams' key).
+            budget: most tokens the step may emit (>= 1); the n-grams are cut to ``budget - 1`` tokens.
+            max_depth: how far past the input token's position a token may sit (:func:`max_depth_after`); the
+                n-grams are cut to it and the window is left out when it would pass it.
+            advance_window: feed the window (``False`` on a decoder's very last step, where the harvest could
+                never be used).
+        """
+        assert self.window is not None, "call start() first"
+        window = self.window
+        guess_len = max(0, min(self.ngram_size - 1, budget - 1, max_depth))
+        guesses = list(dict.fromkeys(g[:guess_len] for g in self.pool.get(input_token))) if guess_len else []
+        use_window = advance_window and window.depth <= max_depth
+        row_lengths = window.row_lengths if use_window else (1,)
+        guess_len = guess_len if guesses else 0
+        self.pool_hits += bool(guesses)
+        return LookaheadPlan(int(input_token), lookahead_layout(row_lengths, len(guesses), guess_len),
+                             (window.tokens() if use_window else []) + [t for g in guesses for t in g], guesses,
+                             guess_len, use_window)
+
+    def absorb(self, plan: LookaheadPlan, new_row: Sequence[int]) -> None:
+        """After the forward of ``plan``: advance the window with ``new_row`` (the model's argmax after each token
+        of :attr:`LookaheadPlan.last_row`) and harvest its n-grams into the pool; nothing when the window was
+        left out."""
+        if plan.use_window:
+            self.pool.insert_ngrams(self.window.update(plan.input_token, new_row))
 
 
 @dataclass(frozen=True)
@@ -96,10 +199,10 @@ class StepOutput:
 class LookaheadStepper:
     """A model running lookahead decoding on itself, one forward per :meth:`step`.
 
-    State: ``seq`` (the token sequence being continued), the model's KV cache and its Jacobi window. Cache
-    invariant: the cache holds ``seq[:L]`` for some ``L < len(seq)``; the missing tail (at least the input
-    token) heads the next forward. The n-gram pool is shared with the caller (Ouroboros also reads and refines
-    it).
+    State: ``seq`` (the token sequence being continued), the model's KV cache and its :class:`LookaheadBranches`
+    (Jacobi window, pool n-grams). Cache invariant: the cache holds ``seq[:L]`` for some ``L < len(seq)``; the
+    missing tail (at least the input token) heads the next forward. The n-gram pool is shared with the caller
+    (Ouroboros also reads and refines it).
 
     Example::
 
@@ -140,13 +243,8 @@ class LookaheadStepper:
         confidence: bool = False,
         sampling: SamplingConfig = GREEDY,
     ):
-        if pool.ngram_size != ngram_size:
-            raise ValueError(f"the pool holds {pool.ngram_size}-grams, the window makes {ngram_size}-grams")
         self.model = model
-        self.pool = pool
-        self.window_size = window_size
-        self.ngram_size = ngram_size
-        self.seed = seed
+        self.branches = LookaheadBranches(pool, window_size, ngram_size, seed)
         self.head = head if head is not None else FullHead(model)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.confidence = confidence
@@ -157,17 +255,14 @@ class LookaheadStepper:
         self._width = 0
         self.seq: list[int] = []
         self.cache = new_cache(model)
-        self.window: JacobiWindow | None = None
         self._stable = 0  # seq[:_stable] is known to be final (committed by the caller)
-        self.pool_hits = 0  # steps that verified at least one pool n-gram (this sample)
 
     def start(self, prompt: Sequence[int]) -> None:
         """Begin a sample: empty cache, fresh window drawn from ``prompt``, ``seq = prompt``."""
         self.seq = [int(t) for t in prompt]
         self.cache = new_cache(self.model)
-        self.window = JacobiWindow(self.window_size, self.ngram_size, self.seq, self.seed)
+        self.branches.start(self.seq)
         self._stable = len(self.seq)
-        self.pool_hits = 0
 
     @property
     def vocab_width(self) -> int:
@@ -240,24 +335,16 @@ class LookaheadStepper:
         Returns:
             :class:`StepOutput`.
         """
-        assert self.window is not None, "call start() first"
         check_generator(self.sampling, generator)
-        model, window, device = self.model, self.window, self.device
+        model, device = self.model, self.device
         past = self.cache.get_seq_length()
         chunk = self.seq[past:]  # tokens the cache lacks; the last one is the input token
         off = len(chunk) - 1  # flat index of the input token
         input_token = chunk[-1]
-        max_depth = max_depth_after(model, len(self.seq) - 1)
-        guess_len = max(0, min(self.ngram_size - 1, budget - 1, max_depth))
-        guesses = list(dict.fromkeys(g[:guess_len] for g in self.pool.get(input_token))) if guess_len else []
-        use_window = advance_window and window.depth <= max_depth
-        row_lengths = window.row_lengths if use_window else (1,)
-        layout = lookahead_layout(row_lengths, len(guesses), guess_len if guesses else 0)
-        ids = chunk + (window.tokens() if use_window else []) + [t for g in guesses for t in g]
-        last_row = layout.row_starts[-1]
-        needed = [off] + [off + i for i in range(last_row, last_row + row_lengths[-1]) if use_window] + [
-            off + i for i in range(layout.guess_start, layout.size)
-        ]
+        plan = self.branches.plan(input_token, budget, max_depth_after(model, len(self.seq) - 1), advance_window)
+        layout, guesses, guess_len = plan.layout, plan.guesses, plan.guess_len
+        ids = chunk + plan.tokens
+        needed = [off] + [off + i for i in plan.last_row] + [off + i for i in range(layout.guess_start, layout.size)]
         mask, position_ids = tree_attention(prepend_chain(layout.parents, off), past, dtype=model.dtype, device=device)
         logits = self.head.logits(torch.tensor([ids], device=device), self.cache, position_ids=position_ids,
                                   attention_mask=mask, keep=torch.tensor(needed, device=device))
@@ -266,7 +353,6 @@ class LookaheadStepper:
         best = accepted = 0
         bonus = int(preds[0])
         g_start = len(needed) - len(guesses) * guess_len  # row of the first n-gram token in `needed`
-        self.pool_hits += bool(guesses)
         drawn_from = None
         if not self.sampling.greedy:
             # Tree of the input token (node 0) and the n-grams (node 1 + b * guess_len + j), verified against
@@ -306,11 +392,8 @@ class LookaheadStepper:
             top_probs = top.values[:, 0].tolist()
             runner_up = (self.head.token_ids(top.indices[:, 1]).tolist() if top.indices.shape[1] > 1
                          else [-1] * len(emitted))
-        if use_window:
-            new_row = preds[1 : 1 + row_lengths[-1]].tolist()
-            self.pool.insert_ngrams(window.update(input_token, new_row))
-        return StepOutput(emitted, accepted, guess_len if guesses else 0, len(guesses), len(ids), top_probs,
-                          runner_up, drawn_from)
+        self.branches.absorb(plan, preds[1 : 1 + len(plan.last_row)].tolist())
+        return StepOutput(emitted, accepted, guess_len, len(guesses), len(ids), top_probs, runner_up, drawn_from)
 
 
 @dataclass(frozen=True)
@@ -397,7 +480,7 @@ class LookaheadDrafter:
     @property
     def pool_hits(self) -> int:
         """Draft forwards of this sample that verified at least one pool n-gram."""
-        return self.stepper.pool_hits
+        return self.stepper.branches.pool_hits
 
     def start(self, prompt: Sequence[int]) -> None:
         """Begin a sample: empty cache, fresh window drawn from ``prompt``, ``seq = prompt``."""

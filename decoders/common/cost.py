@@ -1,0 +1,97 @@
+"""Measured forward costs of the models in use, for decoders that size their drafts by hardware cost.
+
+A target forward over ``k`` new tokens costs about one token's forward on a GPU (or a CPU with bf16 units) up to
+some ``k``, and ``k`` times more where the matrix units are missing (float32 or emulated bf16 on a CPU). A
+cost-aware draft tree (Sequoia, arXiv 2402.12374; the cost-aware option of :mod:`decoders.opt_tree`) needs the
+curve of the machine it runs on: :meth:`ForwardCost.measure` times a few points once, at construction, before any
+timed cell, and the decoder records them in its rows (:meth:`ForwardCost.describe`).
+
+This is the only place in ``decoders/`` that reads a clock; it never runs inside a timed ``generate``.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from decoders.common.forward import forward, new_cache
+
+#: Context length behind the measured forwards (tokens), and the token counts measured.
+CONTEXT = 128
+POINTS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def _time_forward(model: PreTrainedModel, k: int, repeats: int) -> float:
+    """Median seconds of a ``k``-token forward after :data:`CONTEXT` cached tokens (device synchronized)."""
+    device = model.get_input_embeddings().weight.device
+    ids = torch.arange(CONTEXT + k, device=device).remainder(1000).unsqueeze(0) + 10
+    times = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        cache = new_cache(model)
+        forward(model, ids[:, :CONTEXT], cache, logits_to_keep=1)
+        _sync(device)
+        start = time.perf_counter()
+        forward(model, ids[:, CONTEXT:], cache)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """Seconds of a target forward over ``k`` tokens and of a draft forward over ``m`` tokens, by linear
+    interpolation between measured points (flat beyond the last one's slope).
+
+    Attributes:
+        points: the token counts measured.
+        target_s: target forward seconds at each point.
+        draft_s: draft forward seconds at each point.
+    """
+
+    points: tuple[int, ...]
+    target_s: tuple[float, ...]
+    draft_s: tuple[float, ...]
+
+    @classmethod
+    def measure(cls, target: PreTrainedModel, draft: PreTrainedModel, max_tokens: int, repeats: int = 3
+                ) -> "ForwardCost":
+        """Time both models at :data:`POINTS` up to ``max_tokens`` (at least two points).
+
+        Raises:
+            ValueError: if ``max_tokens < 1``.
+        """
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        points = tuple(p for p in POINTS if p <= max(2, max_tokens))
+        if points[-1] < max_tokens:
+            points += (max_tokens,)
+        return cls(points, tuple(_time_forward(target, k, repeats) for k in points),
+                   tuple(_time_forward(draft, k, repeats) for k in points))
+
+    @staticmethod
+    def _interp(points: tuple[int, ...], values: tuple[float, ...], k: float) -> float:
+        i = min(max(bisect_left(points, k), 1), len(points) - 1)
+        x0, x1, y0, y1 = points[i - 1], points[i], values[i - 1], values[i]
+        return y0 + (y1 - y0) * (k - x0) / (x1 - x0)
+
+    def target_time(self, k: int) -> float:
+        """Seconds of a target forward over ``k >= 1`` tokens."""
+        return self._interp(self.points, self.target_s, k)
+
+    def draft_time(self, m: int) -> float:
+        """Seconds of a draft forward over ``m >= 1`` tokens."""
+        return self._interp(self.points, self.draft_s, m)
+
+    def describe(self) -> str:
+        """``"k:target_ms/draft_ms,..."``, for a result row."""
+        return ",".join(f"{k}:{t * 1e3:.2f}/{d * 1e3:.2f}" for k, t, d in zip(self.points, self.target_s, self.draft_s))

@@ -1,0 +1,346 @@
+"""Draft trees: OPT-Tree's adaptive tree (Wang et al. 2024, arXiv 2406.17276, TACL 2025), cost-aware and hybrid.
+
+OPT-Tree grows a token tree with the draft model, one draft forward per layer, and verifies the tree that
+maximises the expected acceptance length in one target forward:
+
+* a node's *value* is the product of the draft's probabilities along its path from the pending token (an
+  estimate of the probability that the target accepts the whole path); a tree's expected acceptance length
+  ``E(A)`` is the sum of its nodes' values (plus the bonus token). Values fall along every path, so the
+  ``num_nodes`` nodes of highest value always form a valid tree;
+* layer 1 is the draft's top ``num_nodes`` tokens after the context. Each further layer is ONE draft forward
+  over the current frontier with tree attention; each frontier node's top ``num_nodes`` children get value
+  ``parent value * draft probability``;
+* growth stops when the gain in ``E(A)`` of the best ``num_nodes``-node tree (the sum of the top
+  ``num_nodes`` values over all layers) falls below ``threshold``, or at ``max_depth`` layers;
+* the verified tree is the top ``num_nodes`` nodes by value. The paper keeps the global top ``num_nodes`` of a
+  new layer as its frontier; this implementation expands only those among them that are also in the top
+  ``num_nodes`` overall -- the others' children can never be selected (a child's value is at most its parent's),
+  so the verified tree and the stopping point are the paper's, for fewer draft tokens.
+
+The draft's KV entries of the accepted path are kept (:func:`~decoders.common.kv_cache.keep_path`), not
+recomputed. Greedy: the longest accepted path (:func:`~decoders.common.verify.tree_verify`). Sampling: the
+tree's nodes are deterministic candidates (the draft's most likely tokens, not draws), verified by SpecInfer's
+multi-candidate rule (:func:`~decoders.common.verify.multi_candidate_tree_verify`): lossless.
+
+Beyond the paper (each off by default):
+
+* ``cost_aware``: the tree size and depth follow the machine. A :class:`~decoders.common.cost.ForwardCost`
+  measured on the models in use (target forward time for ``k`` tokens, draft forward time for ``m`` frontier
+  tokens) gives the expected time of a step; growth continues while the best tree's expected tokens per second
+  ``(1 + E(A)) / (t_draft + t_target(1 + n))`` rises, and the verified tree is cut to the size ``n <= num_nodes``
+  that maximises it. OPT-Tree's ``threshold`` ignores that ``k`` tokens are nearly free on a GPU (or a CPU with
+  bf16 units) and not in float32 on a CPU.
+* ``copy_tokens`` (the *hybrid tree*): before the draft model runs, the continuation that followed the most recent
+  earlier occurrence of the context's last n-gram (prompt lookup's match, up to ``copy_tokens`` tokens) is put in
+  the tree as a chain under the pending token (origin ``copy``, value 1 per node: always verified). With
+  ``draft_on_copy=False`` a step with a match runs no draft forward at all (the copy is the whole tree); otherwise
+  the draft's tree is grown as usual and merged with it (a draft node equal to a copy node is the same node).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from decoders.common.checks import check_bool, check_int
+from decoders.common.cost import ForwardCost
+from decoders.common.driver import DraftTree, Verdict, decode
+from decoders.common.forward import forward, new_cache
+from decoders.common.kv_cache import check_rollback, crop, keep_path
+from decoders.common.lookahead_step import max_depth_after
+from decoders.common.ngram_pool import find_prompt_lookup_candidates
+from decoders.common.sampling import GREEDY, SamplingConfig
+from decoders.common.stopping import truncate_at_stop
+from decoders.common.tree import tree_attention
+from decoders.types import DecodeResult, StepRecord, Stopwatch
+
+#: Longest suffix n-gram the hybrid tree looks up in the context (prompt lookup's ``max_ngram_size``).
+COPY_NGRAM = 3
+
+
+class OptTreeDecoder:
+    """OPT-Tree speculative decoding with a draft model (greedy, or lossless sampling); optionally cost-aware
+    and hybrid (see the module docstring).
+
+    Per-step statistics (:class:`~decoders.types.StepRecord`): ``drafted`` = nodes verified (the tree size),
+    ``accepted`` = accepted nodes kept, ``draft_forwards`` = tree layers grown (the first also catches the draft up
+    on the tokens the target accepted, so the draft's prompt prefill is charged to the first step),
+    ``source = {"draft": a, "bonus": 0 or 1}`` (plus ``"copy"`` with ``copy_tokens``). ``extra`` holds the mean
+    tree depth and size, the draft forwards and accepted tokens per step, and the cost points when cost-aware.
+
+    Args:
+        target_model: the model whose greedy output (or sampling distribution) is reproduced.
+        draft_model: a smaller model with the same tokenizer (required).
+        num_nodes: the node budget ``n >= 1``: nodes verified per step (the pending token not included).
+        threshold: ``delta >= 0``; growth stops when a layer adds less than ``delta`` to the best tree's ``E(A)``.
+        max_depth: ``>= 1`` layers at most (so the tree's depth is at most ``max_depth``).
+        cost_aware: grow and cut the tree by measured forward costs (``threshold`` then only as a floor).
+        copy_tokens: ``>= 0``; 0 = off. Otherwise the hybrid tree's copied branch holds up to this many tokens.
+        draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found.
+        eos_token_ids: ids that end generation; an EOS node is never expanded.
+        sampling: greedy (the default) or the sampling settings of the run (applied to the draft's values too).
+
+    Raises:
+        ValueError: if the draft model is missing, a setting is out of range, or either model's KV cache cannot be
+            rolled back (:func:`~decoders.common.kv_cache.check_rollback`).
+    """
+
+    name = "opt_tree"
+    supports_sampling = True
+
+    def __init__(
+        self,
+        target_model: PreTrainedModel,
+        draft_model: PreTrainedModel | None,
+        num_nodes: int = 60,
+        threshold: float = 0.5,
+        max_depth: int = 10,
+        cost_aware: bool = False,
+        copy_tokens: int = 0,
+        draft_on_copy: bool = True,
+        eos_token_ids: Iterable[int] = (),
+        sampling: SamplingConfig = GREEDY,
+    ):
+        if draft_model is None:
+            raise ValueError("the opt_tree decoder needs a draft model: choose a model pair with a draft")
+        self.target_model = target_model
+        self.draft_model = draft_model
+        self.num_nodes = check_int("num_nodes (node budget)", num_nodes, 1)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
+            raise ValueError(f"threshold must be a number >= 0 (gain in expected accept length), got {threshold!r}")
+        self.threshold = float(threshold)
+        self.max_depth = check_int("max_depth", max_depth, 1)
+        self.cost_aware = check_bool("cost_aware", cost_aware)
+        self.copy_tokens = check_int("copy_tokens", copy_tokens, 0)
+        self.draft_on_copy = check_bool("draft_on_copy", draft_on_copy)
+        check_rollback(target_model, "target model", self.name)
+        check_rollback(draft_model, "draft model", self.name)
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.sampling = sampling
+        # Padded embedding sizes may differ: the draft proposes only ids the target can embed and score, and
+        # drafts nothing from a context holding an id it cannot embed itself.
+        self._draft_vocab = min(
+            target_model.get_input_embeddings().num_embeddings,
+            target_model.get_output_embeddings().out_features,
+            draft_model.get_output_embeddings().out_features,
+        )
+        self._draft_embed = draft_model.get_input_embeddings().num_embeddings
+        # Measured here, at construction, so no timed cell pays for it.
+        self.cost = (ForwardCost.measure(target_model, draft_model, max_tokens=self.num_nodes + 1)
+                     if self.cost_aware else None)
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
+                 stopwatch: Stopwatch | None = None) -> DecodeResult:
+        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`, through the shared loop
+        :func:`decoders.common.driver.decode`."""
+        return decode(self.target_model, _TreeGrower(self), input_ids, max_new_tokens,
+                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
+                      stopwatch=stopwatch)
+
+
+class _TreeGrower:
+    """The OPT-Tree proposer for one sample.
+
+    Draft cache invariant between steps: it holds ``context[:self.cached]``; the next layer-1 forward feeds the
+    rest (at least the pending token). Within a step, tree nodes fed to the draft follow in feed order.
+    """
+
+    def __init__(self, decoder: OptTreeDecoder):
+        self.d = decoder
+        self.cache = new_cache(decoder.draft_model)
+        self.cached = 0
+        self.device = decoder.draft_model.get_input_embeddings().weight.device
+        self.draftable = True
+        # This step's nodes: token, parent node (-1: the pending token), value, depth, index in the draft's feed.
+        self.fed: dict[int, int] = {}
+        self.ctx_len = 0
+
+    def start(self, prompt: list[int]) -> None:
+        self.draftable = max(prompt) < self.d._draft_embed
+
+    # -------------------------------------------------------------------------------------------------------
+    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The draft's distributions ``(m, draft_vocab)`` float32 from logits ``(m, V)``: processed as the run
+        samples (temperature, top-k, top-p) or a plain softmax when greedy."""
+        logits = logits[:, : self.d._draft_vocab].float()
+        return torch.softmax(logits, -1) if self.d.sampling.greedy else self.d.sampling.probs(logits)
+
+    def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
+        d = self.d
+        room = max(0, min(remaining - 1, max_depth_after(d.target_model, len(context) - 1)))
+        depth_limit = min(d.max_depth, room)
+        copy: list[int] = []
+        if d.copy_tokens and room:
+            copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, min(d.copy_tokens, room)),
+                                    d.eos_token_ids, d.copy_tokens)
+        self.fed = {}
+        nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
+        forwards = fed_tokens = 0
+        if depth_limit and self.draftable and (not copy or d.draft_on_copy):
+            nodes, forwards, fed_tokens = self._grow(context, depth_limit)
+        tokens, parents, origins = self._merge(copy, nodes)
+        labels = ("draft", "copy") if d.copy_tokens else ("draft",)
+        depth = max((self._depths(parents) or [0])) + (1 if parents else 0)
+        return DraftTree(tokens=tokens, parents=parents, origins=origins, labels=labels, draft_forwards=forwards,
+                         draft_tokens_fed=fed_tokens,
+                         stats={"tree_depth": depth, "copy_steps": bool(copy), "tree_nodes": len(tokens)})
+
+    @staticmethod
+    def _depths(parents: Sequence[int]) -> list[int]:
+        depth: list[int] = []
+        for p in parents:
+            depth.append(0 if p < 0 else depth[p] + 1)
+        return depth
+
+    def _grow(self, context: list[int], depth_limit: int) -> tuple[list[tuple[int, int, float, int]], int, int]:
+        """Grow the tree layer by layer; returns the selected nodes (topological order), forwards, tokens fed."""
+        d, n = self.d, self.d.num_nodes
+        feed = context[self.cached:]
+        logits = forward(d.draft_model, torch.tensor([feed], device=self.device), self.cache, logits_to_keep=1)
+        forwards, fed_tokens = 1, len(feed)
+        self.ctx_len = len(context)
+        self.cached = len(context)
+        probs = self._probs(logits[0])  # (1, V)
+        top_p, top_i = probs[0].topk(min(n, probs.shape[-1]))
+        # All candidate nodes so far: token, parent, value, depth.
+        cand: list[tuple[int, int, float, int]] = [(t, -1, v, 0) for t, v in zip(top_i.tolist(), top_p.tolist())]
+        best = self._select(cand)
+        gain_ref = sum(cand[i][2] for i in best)
+        spent = d.cost.draft_time(len(feed)) if d.cost_aware else 0.0  # expected draft seconds so far
+        rate = self._rate(cand, best, spent)
+        feed_parents: list[int] = []   # parent of each fed node, as an index into the fed list (-1: pending)
+        feed_nodes: list[int] = []     # candidate index of each fed node
+        frontier = [i for i in best if cand[i][3] == 0 and cand[i][0] not in d.eos_token_ids]
+        for layer in range(1, depth_limit):
+            if not frontier:
+                break
+            # One draft forward over the frontier, tree attention over every node fed this step.
+            start = len(feed_nodes)
+            for i in frontier:
+                parent = cand[i][1]
+                feed_parents.append(self.fed[parent] if parent >= 0 else -1)
+                self.fed[i] = len(feed_nodes)
+                feed_nodes.append(i)
+            mask, pos = tree_attention(feed_parents, self.ctx_len, dtype=d.draft_model.dtype, device=self.device)
+            ids = torch.tensor([[cand[i][0] for i in frontier]], device=self.device)
+            logits = forward(d.draft_model, ids, self.cache, position_ids=pos[:, start:],
+                             attention_mask=mask[:, :, start:])
+            forwards += 1
+            fed_tokens += len(frontier)
+            probs = self._probs(logits[0])  # (m, V)
+            k = min(n, probs.shape[-1])
+            top_p, top_i = probs.topk(k, dim=-1)
+            parent_values = torch.tensor([cand[i][2] for i in frontier], dtype=top_p.dtype, device=top_p.device)
+            values = (top_p * parent_values[:, None]).flatten()
+            # Only the best n of the new layer can matter (the paper's frontier); keep those.
+            keep = values.topk(min(n, values.numel())).indices.tolist()
+            first_new = len(cand)
+            tokens = top_i.flatten().tolist()
+            vals = values.tolist()
+            for j in keep:
+                cand.append((tokens[j], frontier[j // k], vals[j], layer))
+            new_best = self._select(cand)
+            gain = sum(cand[i][2] for i in new_best) - gain_ref
+            if d.cost_aware:
+                spent += d.cost.draft_time(len(frontier))
+                new_rate = self._rate(cand, new_best, spent)
+                if new_rate <= rate:
+                    del cand[first_new:]
+                    break
+                rate = new_rate
+            elif gain < d.threshold:
+                best = new_best
+                gain_ref += gain
+                break
+            best, gain_ref = new_best, gain_ref + gain
+            frontier = [i for i in best if i >= first_new and cand[i][0] not in d.eos_token_ids]
+        best = self._select(cand)
+        if d.cost_aware:
+            best = best[: self._best_size(cand, best, spent)]
+        chosen = sorted(best, key=lambda i: (cand[i][3], -cand[i][2]))
+        index = {i: j for j, i in enumerate(chosen)}
+        self.chosen = chosen
+        self._last_nodes = [(cand[i][0], index[cand[i][1]] if cand[i][1] >= 0 else -1, cand[i][2], cand[i][3])
+                            for i in chosen]
+        return self._last_nodes, forwards, fed_tokens
+
+    def _select(self, cand: list[tuple[int, int, float, int]]) -> list[int]:
+        """Indices of the top ``num_nodes`` candidates by value (ties: shallower first, so parents precede)."""
+        order = sorted(range(len(cand)), key=lambda i: (-cand[i][2], cand[i][3]))
+        return order[: self.d.num_nodes]
+
+    def _rates(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> list[float]:
+        """Expected tokens per second of a step verifying the first ``m`` of ``best`` (``m = 0 .. len(best)``):
+        ``(1 + sum of their values) / (draft seconds spent + target seconds for 1 + m tokens)``."""
+        cost, total, rates = self.d.cost, 1.0, []
+        for m in range(len(best) + 1):
+            if m:
+                total += cand[best[m - 1]][2]
+            rates.append(total / (spent + cost.target_time(1 + m)))
+        return rates
+
+    def _rate(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> float:
+        return max(self._rates(cand, best, spent)) if self.d.cost_aware else 0.0
+
+    def _best_size(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> int:
+        rates = self._rates(cand, best, spent)
+        return max(range(len(rates)), key=rates.__getitem__)
+
+    def _merge(self, copy: list[int], nodes: list[tuple[int, int, float, int]]
+               ) -> tuple[list[int], list[int], list[str]]:
+        """The verified tree: the copied chain first (origin ``copy``), then the draft's nodes (``draft``), a draft
+        node equal to a copy node (same token under the same parent) merged into it."""
+        tokens, parents, origins = list(copy), list(range(-1, len(copy) - 1)), ["copy"] * len(copy)
+        self.node_of: list[int] = []  # draft node -> tree index
+        for token, parent, _, depth in nodes:
+            tree_parent = self.node_of[parent] if parent >= 0 else -1
+            same = -1
+            if depth < len(copy) and copy[depth] == token and tree_parent == depth - 1:
+                same = depth  # the copy's node at this depth, under the same (copy) parent
+            if same >= 0:
+                self.node_of.append(same)
+                continue
+            self.node_of.append(len(tokens))
+            tokens.append(token)
+            parents.append(tree_parent)
+            origins.append("draft")
+        return tokens, parents, origins
+
+    # -------------------------------------------------------------------------------------------------------
+    def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
+        """Keep the draft's KV entries of the accepted nodes it was fed (a prefix of the accepted path); stop
+        drafting for the sample once the target emits an id the draft cannot embed."""
+        if self.draftable and max(verdict.emitted) >= self.d._draft_embed:
+            self.draftable = False
+        if not self.fed:  # no tree node was fed to the draft (the draft cache ends at the step's context)
+            return
+        tree_to_draft = {t: i for i, t in enumerate(self.node_of)}
+        kept: list[int] = []
+        for k in verdict.path[: verdict.kept]:
+            cand = self.chosen[tree_to_draft[k]] if k in tree_to_draft else None
+            if cand is None or cand not in self.fed:
+                break
+            kept.append(self.ctx_len + self.fed[cand])
+        keep_path(self.cache, self.ctx_len, kept)
+        self.cached = self.ctx_len + len(kept)
+        self.fed = {}
+
+    def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
+        d, n = self.d, len(steps)
+        out: dict[str, Any] = {
+            "num_nodes": d.num_nodes,
+            "threshold": d.threshold,
+            "max_depth": d.max_depth,
+            "tree_depth_per_step": stats.get("tree_depth", 0) / n if n else 0.0,
+            "tree_nodes_per_step": stats.get("tree_nodes", 0) / n if n else 0.0,
+        }
+        if d.cost_aware:
+            out["cost_aware"] = True
+            out["cost_points"] = d.cost.describe() if d.cost else ""
+        if d.copy_tokens:
+            out.update(copy_tokens=d.copy_tokens, draft_on_copy=d.draft_on_copy,
+                       copy_step_rate=stats.get("copy_steps", 0) / n if n else 0.0)
+        return out

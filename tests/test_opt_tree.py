@@ -1,0 +1,202 @@
+"""OPT-Tree draft trees (decoders/opt_tree.py): lossless on whole sequences in float32, the paper's growth and
+selection rules, the draft's KV kept for the accepted path, the cost-aware rule and the hybrid tree.
+
+Two model pairs: the shared flat tiny models (their best tree is one layer wide) and a *confident* pair (the
+same models with their LM heads scaled, so the draft's probabilities are high and trees grow deep).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from decoders.common.cost import ForwardCost
+from decoders.common.driver import decode
+from decoders.common.forward import forward, new_cache
+from decoders.opt_tree import OptTreeDecoder, _TreeGrower
+from decoders.speculative import SpeculativeDecoder
+from decoders.vanilla import VanillaDecoder
+
+MAX_NEW = 32
+#: Prompts used (plain text, code and repetitive ones, so copies hit).
+CHOSEN = (0, 1, 2, 3, 8, 11)
+
+
+@pytest.fixture(scope="module")
+def confident(target, noisy_draft):
+    """(target, draft) with LM heads scaled 25x: peaked distributions, drafts accepted often, deep trees."""
+    pair = []
+    for m in (target, noisy_draft):
+        m = copy.deepcopy(m)
+        with torch.no_grad():
+            m.get_output_embeddings().weight.mul_(25)
+        pair.append(m)
+    return tuple(pair)
+
+
+CONFIGS = {
+    "paper": dict(num_nodes=32, threshold=0.5, max_depth=10),
+    "small": dict(num_nodes=4, threshold=0.5, max_depth=3),
+    "no_threshold": dict(num_nodes=8, threshold=0.0, max_depth=10),
+    "one_node": dict(num_nodes=1, threshold=0.0),
+    "hybrid_merge": dict(num_nodes=16, copy_tokens=10, draft_on_copy=True),
+    "hybrid_skip": dict(num_nodes=16, copy_tokens=10, draft_on_copy=False),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("pair", ["flat", "confident"])
+def test_equals_vanilla_in_float32(name, pair, target, noisy_draft, confident, prompt_ids, eos_ids):
+    t, d = (target, noisy_draft) if pair == "flat" else confident
+    vanilla = VanillaDecoder(t, eos_token_ids=eos_ids)
+    decoder = OptTreeDecoder(t, d, eos_token_ids=eos_ids, **CONFIGS[name])
+    cfg = CONFIGS[name]
+    depth = 0.0
+    for ids in [prompt_ids[i] for i in CHOSEN]:
+        res = decoder.generate(ids, MAX_NEW)
+        assert res.token_ids == vanilla.generate(ids, MAX_NEW).token_ids, (name, pair, ids.tolist())
+        for s in res.steps[1:]:
+            assert s.target_tokens_fed - 1 <= cfg["num_nodes"] + cfg.get("copy_tokens", 0)
+            assert s.drafted == s.target_tokens_fed - 1 and s.accepted <= s.drafted
+        depth = max(depth, res.extra["tree_depth_per_step"])
+        assert res.extra["tree_depth_per_step"] <= cfg.get("max_depth", 10) + cfg.get("copy_tokens", 0)
+    if pair == "confident" and cfg["num_nodes"] > 1:
+        assert depth > 2, "confident models must grow trees deeper than two layers"
+
+
+def test_beats_a_linear_draft_in_accept_length(confident, prompt_ids, eos_ids):
+    """With the same draft, a 32-node tree accepts more per step than a gamma-4 chain (the point of trees)."""
+    t, d = confident
+    tree = OptTreeDecoder(t, d, num_nodes=32, eos_token_ids=eos_ids)
+    chain = SpeculativeDecoder(t, d, gamma=4, eos_token_ids=eos_ids)
+    tau_tree = sum(tree.generate(prompt_ids[i], MAX_NEW).accept_length for i in CHOSEN)
+    tau_chain = sum(chain.generate(prompt_ids[i], MAX_NEW).accept_length for i in CHOSEN)
+    assert tau_tree > 1.2 * tau_chain
+
+
+def test_mid_tree_eos_is_kept_and_counted(confident, prompt_ids):
+    """An EOS id inside an accepted path ends the output just after it; the counters add up."""
+    t, d = confident
+    seen = 0
+    for ids in prompt_ids[:4]:
+        ref = VanillaDecoder(t).generate(ids, MAX_NEW).token_ids
+        for k in (3, 7, 12):
+            eos = frozenset({ref[k]})
+            if ref[k] in ref[:k]:
+                continue
+            res = OptTreeDecoder(t, d, num_nodes=16, eos_token_ids=eos).generate(ids, MAX_NEW)
+            assert res.token_ids == ref[: k + 1]
+            assert sum(s.emitted for s in res.steps) == res.new_tokens
+            last = res.steps[-1]
+            seen += last.emitted > 1 and last.accepted == last.emitted
+    assert seen > 0
+
+
+class _CheckingGrower(_TreeGrower):
+    """After every step, the draft's cache must equal a fresh prefill of the context it claims to hold."""
+
+    checked = 0
+
+    def accepted(self, context, tree, verdict):
+        super().accepted(context, tree, verdict)
+        fresh = new_cache(self.d.draft_model)
+        forward(self.d.draft_model, torch.tensor([context[: self.cached]]), fresh)
+        assert self.cache.get_seq_length() == self.cached
+        for mine, ref in zip(self.cache.layers, fresh.layers):
+            torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+        _CheckingGrower.checked += 1
+
+
+@pytest.mark.parametrize("copy_tokens", [0, 10])
+def test_draft_kv_of_the_accepted_path_is_kept_not_recomputed(copy_tokens, confident, prompt_ids, eos_ids):
+    t, d = confident
+    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=copy_tokens, eos_token_ids=eos_ids)
+    fed = 0
+    for ids in prompt_ids[:4]:
+        res = decode(t, _CheckingGrower(decoder), ids, MAX_NEW, eos_token_ids=decoder.eos_token_ids,
+                     sampling=decoder.sampling)
+        # Kept, not recomputed: each step's first draft forward feeds only what the draft has not seen (the
+        # accepted tokens it was not fed, and the bonus token), never the whole accepted path again.
+        fed += sum(s.draft_tokens_fed for s in res.steps[2:])
+        assert res.token_ids == VanillaDecoder(t, eos_token_ids=eos_ids).generate(ids, MAX_NEW).token_ids
+    assert _CheckingGrower.checked > 10 and fed > 0
+
+
+def _cost(target_slope: float) -> ForwardCost:
+    """A synthetic cost curve: 1 ms per draft forward, target ``1 ms * (1 + target_slope * (k - 1))``."""
+    points = (1, 2, 4, 8, 16, 32, 64)
+    return ForwardCost(points, tuple(1e-3 * (1 + target_slope * (k - 1)) for k in points), (1e-3,) * len(points))
+
+
+def test_cost_aware_trees_follow_the_cost_curve(confident, prompt_ids, eos_ids):
+    """Where k tokens cost k times one (float32 on a CPU), the tree is small; where they are nearly free (a GPU),
+    it is large. Both lossless."""
+    t, d = confident
+    sizes = {}
+    for slope in (0.0, 1.0):
+        decoder = OptTreeDecoder(t, d, num_nodes=32, eos_token_ids=eos_ids)
+        decoder.cost_aware, decoder.cost = True, _cost(slope)
+        nodes = 0.0
+        for ids in prompt_ids[:4]:
+            res = decoder.generate(ids, MAX_NEW)
+            assert res.token_ids == VanillaDecoder(t, eos_token_ids=eos_ids).generate(ids, MAX_NEW).token_ids
+            nodes += res.extra["tree_nodes_per_step"]
+            assert "cost_points" in res.extra
+        sizes[slope] = nodes
+    assert sizes[1.0] < 0.5 * sizes[0.0], sizes
+
+
+def test_cost_is_measured_at_construction(target, noisy_draft):
+    decoder = OptTreeDecoder(target, noisy_draft, num_nodes=8, cost_aware=True)
+    cost = decoder.cost
+    assert cost is not None and cost.points[0] == 1 and cost.points[-1] >= 9
+    assert all(x > 0 for x in cost.target_s + cost.draft_s)
+    assert cost.target_time(3) == pytest.approx((cost.target_time(2) + cost.target_time(4)) / 2)
+    assert len(cost.describe().split(",")) == len(cost.points)
+
+
+def test_hybrid_skip_runs_no_draft_forward_on_copy_steps(confident, prompt_ids, eos_ids):
+    t, d = confident
+    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, draft_on_copy=False, eos_token_ids=eos_ids)
+    copy_steps = 0
+    for i in (2, 3, 8, 11):  # repetitive prompts: the context holds the continuation
+        res = decoder.generate(prompt_ids[i], MAX_NEW)
+        for s in res.steps[1:]:
+            if s.source.get("copy", 0) and s.draft_forwards == 0:
+                copy_steps += 1
+        assert res.extra["copy_step_rate"] > 0
+    assert copy_steps > 0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_nodes=0), "num_nodes"), (dict(threshold=-0.1), "threshold"), (dict(max_depth=0), "max_depth"),
+    (dict(copy_tokens=-1), "copy_tokens"), (dict(cost_aware="yes"), "cost_aware"),
+])
+def test_bad_settings_refused(kwargs, match, target, noisy_draft):
+    with pytest.raises(ValueError, match=match):
+        OptTreeDecoder(target, noisy_draft, **kwargs)
+
+
+def test_needs_a_draft_model(target):
+    with pytest.raises(ValueError, match="needs a draft model"):
+        OptTreeDecoder(target, None)
+
+
+def test_selection_is_the_top_nodes_by_value_and_a_valid_tree(confident, prompt_ids):
+    """The verified tree has num_nodes nodes, parents before children, values falling along every path."""
+    t, d = confident
+    decoder = OptTreeDecoder(t, d, num_nodes=8, threshold=0.0)
+    grower = _TreeGrower(decoder)
+    context = prompt_ids[3][0].tolist()
+    grower.start(context)
+    tree = grower.propose(context, 50, None)
+    assert tree.size == 8
+    assert all(p < i for i, p in enumerate(tree.parents))
+    values = [v for _, _, v, _ in grower._last_nodes]
+    parents = [p for _, p, _, _ in grower._last_nodes]
+    for i, p in enumerate(parents):  # values fall along every path
+        if p >= 0:
+            assert values[i] <= values[p] + 1e-9
