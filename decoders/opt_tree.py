@@ -27,8 +27,8 @@ Beyond the paper (each off by default):
 * ``cost_aware``: the tree size and depth follow the machine. A :class:`~decoders.common.cost.ForwardCost`
   measured on the models in use (target forward time for ``k`` tokens, draft forward time for ``m`` frontier
   tokens) gives the expected time of a step; growth continues while the best tree's expected tokens per second
-  ``(1 + E(A)) / (t_draft + t_target(1 + n))`` rises, and the verified tree is cut to the size ``n <= num_nodes``
-  that maximises it. OPT-Tree's ``threshold`` ignores that ``k`` tokens are nearly free on a GPU (or a CPU with
+  ``(1 + E(A)) / (t_draft + t_target(1 + n))`` rises, only the nodes of the tree of best rate are expanded, and the
+  verified tree is cut to the size ``n <= num_nodes`` that maximises it. OPT-Tree's ``threshold`` ignores that ``k`` tokens are nearly free on a GPU (or a CPU with
   bf16 units) and not in float32 on a CPU.
 * ``copy_tokens`` (the *hybrid tree*): before the draft model runs, the continuation that followed the most recent
   earlier occurrence of the context's last n-gram (prompt lookup's match, up to ``copy_tokens`` tokens) is put in
@@ -77,7 +77,7 @@ class OptTreeDecoder:
         num_nodes: the node budget ``n >= 1``: nodes verified per step (the pending token not included).
         threshold: ``delta >= 0``; growth stops when a layer adds less than ``delta`` to the best tree's ``E(A)``.
         max_depth: ``>= 1`` layers at most (so the tree's depth is at most ``max_depth``).
-        cost_aware: grow and cut the tree by measured forward costs (``threshold`` then only as a floor).
+        cost_aware: grow, expand and cut the tree by measured forward costs instead of ``threshold``.
         copy_tokens: ``>= 0``; 0 = off. Otherwise the hybrid tree's copied branch holds up to this many tokens.
         draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found.
         eos_token_ids: ids that end generation; an EOS node is never expanded.
@@ -213,7 +213,7 @@ class _TreeGrower:
         rate = self._rate(cand, best, spent)
         feed_parents: list[int] = []   # parent of each fed node, as an index into the fed list (-1: pending)
         feed_nodes: list[int] = []     # candidate index of each fed node
-        frontier = [i for i in best if cand[i][3] == 0 and cand[i][0] not in d.eos_token_ids]
+        frontier = self._frontier(cand, best, 0, spent)
         for layer in range(1, depth_limit):
             if not frontier:
                 break
@@ -256,7 +256,7 @@ class _TreeGrower:
                 gain_ref += gain
                 break
             best, gain_ref = new_best, gain_ref + gain
-            frontier = [i for i in best if i >= first_new and cand[i][0] not in d.eos_token_ids]
+            frontier = self._frontier(cand, best, first_new, spent)
         best = self._select(cand)
         if d.cost_aware:
             best = best[: self._best_size(cand, best, spent)]
@@ -266,6 +266,15 @@ class _TreeGrower:
         self._last_nodes = [(cand[i][0], index[cand[i][1]] if cand[i][1] >= 0 else -1, cand[i][2], cand[i][3])
                             for i in chosen]
         return self._last_nodes, forwards, fed_tokens
+
+    def _frontier(self, cand: list[tuple[int, int, float, int]], best: list[int], first: int, spent: float
+                  ) -> list[int]:
+        """The nodes to expand next: the newest layer's nodes (index ``>= first``) among the selected ones, never an
+        EOS node. Selected = the top ``num_nodes``; cost-aware: the top ``m`` only, ``m`` the size that maximises
+        the expected tokens per second, so the draft is not run over nodes the step would not verify."""
+        if self.d.cost_aware:
+            best = best[: self._best_size(cand, best, spent)]
+        return [i for i in best if i >= first and cand[i][0] not in self.d.eos_token_ids]
 
     def _select(self, cand: list[tuple[int, int, float, int]]) -> list[int]:
         """Indices of the top ``num_nodes`` candidates by value (ties: shallower first, so parents precede)."""

@@ -279,9 +279,10 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "") -> Any:
         yerr = np.vstack([(s["speedup"] - s["speedup_low"]).fillna(0).clip(lower=0),
                           (s["speedup_high"] - s["speedup"]).fillna(0).clip(lower=0)])
         axes[1].errorbar(s["_x"], s["speedup"], yerr=yerr, marker="o", capsize=3, label=name, color=colour)
+    budgets = sorted(pd.to_numeric(trees["num_nodes"], errors="coerce").dropna().unique())
     for ax in axes:
         ax.set_xlabel("node budget (num_nodes)", fontsize=8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xticks(budgets)  # the budgets measured, not an evenly spaced (and crowded) scale
     axes[0].set_ylabel("accept length (tokens per target forward)", fontsize=8)
     axes[1].set_ylabel("speedup vs vanilla", fontsize=8)
     axes[1].axhline(1.0, color="gray", lw=0.8, ls="--")

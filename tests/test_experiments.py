@@ -144,8 +144,8 @@ def test_held_out_presets_refused_before_tuning_naming_the_missing_configs(tmp_p
 
 @pytest.mark.parametrize("name,task,offset,limit,repeats", [
     ("race_heldout_humaneval", "humaneval", 20, 16, 1),
-    ("race_heldout_mbpp", "mbpp", 0, 12, 1),
-    ("race_heldout_gsm8k", "gsm8k", 0, 8, 1),
+    ("race_heldout_mbpp", "mbpp", 0, 10, 1),
+    ("race_heldout_gsm8k", "gsm8k", 0, 7, 1),
     ("sampled_heldout_humaneval", "humaneval", 20, 10, 1),
 ])
 def test_held_out_presets_validate_with_tuned_configs(name, task, offset, limit, repeats, tmp_path, monkeypatch,
@@ -174,7 +174,7 @@ def test_held_out_presets_validate_with_tuned_configs(name, task, offset, limit,
         assert samplers == decoders          # every decoder of the race that can sample, and only those
     else:
         assert {"speculative_tuned", "lookahead_tuned", "prompt_lookup_tuned", "hf_assisted_tuned",
-                "ouroboros_tuned", "ouroboros_best_tuned"} <= set(decoders)
+                "ouroboros_tuned", "ouroboros_best_tuned", "opt_tree_tuned", "opt_tree_best_tuned"} <= set(decoders)
     assert "hf_greedy" in decoders             # transformers' own generate: our vanilla is not handicapped
     if task == "mbpp":
         assert params["task.split"] == "test"
