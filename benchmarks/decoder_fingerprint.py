@@ -18,7 +18,6 @@ side only are listed, not failed). No weights, no network; ~1 minute on 2 cores.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import os
@@ -36,17 +35,13 @@ SEEDS = (0, 1, 2)
 
 
 def _models():
-    from conftest import PROMPTS, TINY
+    from conftest import PROMPTS, TINY, make_noisy_draft
     from decoders.common.stopping import collect_eos_token_ids
     from harness.models import build_byte_tokenizer, build_tiny_random
 
     tok = build_byte_tokenizer()
     target = build_tiny_random(TINY, seed=0, vocab_size=len(tok))
-    draft = copy.deepcopy(target)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.02 * (p.std() if p.numel() > 1 else 1.0))
+    draft = make_noisy_draft(target)
     eos = collect_eos_token_ids(tok, target.generation_config)
     prompts = [torch.tensor([tok(p, add_special_tokens=False).input_ids]) for p in PROMPTS]
     return tok, target, draft, eos, prompts

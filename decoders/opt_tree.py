@@ -39,7 +39,6 @@ Beyond the paper (each off by default):
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Iterable, Sequence
 
 import torch
@@ -49,7 +48,8 @@ from decoders.common.checks import check_bool, check_int
 from decoders.common.cost import ForwardCost
 from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.forward import forward, new_cache
-from decoders.common.kv_cache import check_rollback, crop, keep_path
+from decoders.common.heads import pair_vocab
+from decoders.common.kv_cache import check_rollback, keep_path
 from decoders.common.lookahead_step import max_depth_after
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.sampling import GREEDY, SamplingConfig
@@ -122,12 +122,7 @@ class OptTreeDecoder:
         self.sampling = sampling
         # Padded embedding sizes may differ: the draft proposes only ids the target can embed and score, and
         # drafts nothing from a context holding an id it cannot embed itself.
-        self._draft_vocab = min(
-            target_model.get_input_embeddings().num_embeddings,
-            target_model.get_output_embeddings().out_features,
-            draft_model.get_output_embeddings().out_features,
-        )
-        self._draft_embed = draft_model.get_input_embeddings().num_embeddings
+        _, self._draft_vocab, self._draft_embed = pair_vocab(target_model, draft_model)
         # Measured here, at construction, so no timed cell pays for it.
         self.cost = (ForwardCost.measure(target_model, draft_model, max_tokens=self.num_nodes + 1)
                      if self.cost_aware else None)
@@ -154,9 +149,12 @@ class _TreeGrower:
         self.cached = 0
         self.device = decoder.draft_model.get_input_embeddings().weight.device
         self.draftable = True
-        # This step's nodes: token, parent node (-1: the pending token), value, depth, index in the draft's feed.
-        self.fed: dict[int, int] = {}
-        self.ctx_len = 0
+        # This step's state, set by propose and read by accepted:
+        self.ctx_len = 0                 # draft cache length before the tree's nodes (the step's context)
+        self.fed: dict[int, int] = {}    # candidate index -> its position among the nodes fed to the draft
+        self.chosen: list[int] = []      # draft node (verified order) -> candidate index
+        self.node_of: list[int] = []     # draft node -> index in the verified tree (copy nodes merged)
+        self._last_nodes: list[tuple[int, int, float, int]] = []  # draft nodes: token, parent, value, depth
 
     def start(self, prompt: list[int]) -> None:
         self.draftable = max(prompt) < self.d._draft_embed
@@ -303,7 +301,7 @@ class _TreeGrower:
         """The verified tree: the copied chain first (origin ``copy``), then the draft's nodes (``draft``), a draft
         node equal to a copy node (same token under the same parent) merged into it."""
         tokens, parents, origins = list(copy), list(range(-1, len(copy) - 1)), ["copy"] * len(copy)
-        self.node_of: list[int] = []  # draft node -> tree index
+        self.node_of = []
         for token, parent, _, depth in nodes:
             tree_parent = self.node_of[parent] if parent >= 0 else -1
             same = -1

@@ -74,7 +74,7 @@ from transformers import PreTrainedModel
 
 from decoders.common.checks import check_bool, check_fraction, check_int, check_pool_scope
 from decoders.common.driver import DraftTree, Verdict, decode
-from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
+from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids, pair_vocab
 from decoders.common.kv_cache import check_rollback
 from decoders.common.lookahead_step import DraftProposal, LookaheadDrafter, max_depth_after
 from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates
@@ -302,12 +302,7 @@ class OuroborosDecoder:
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft proposes only ids the target can
         # embed, target-made phrases enter the pool only if the draft can embed them, and a context holding an
         # id the draft cannot embed is not drafted from.
-        self._target_vocab = target_model.get_output_embeddings().out_features  # columns of the target's logits
-        self._draft_vocab = min(
-            target_model.get_input_embeddings().num_embeddings, self._target_vocab,
-            draft_model.get_output_embeddings().out_features,
-        )
-        self._draft_embed = draft_model.get_input_embeddings().num_embeddings
+        self._target_vocab, self._draft_vocab, self._draft_embed = pair_vocab(target_model, draft_model)
         self._draft_head = (
             ReducedVocabHead(draft_model, merge_rank_ids(self.draft_vocab_size, self._draft_vocab, self.eos_token_ids))
             if self.draft_vocab_size else FullHead(draft_model, self._draft_vocab)

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 
 from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.forward import forward, new_cache
+from decoders.common.heads import pair_vocab
 from decoders.common.kv_cache import check_rollback, crop
 from decoders.common.sampling import GREEDY, SamplingConfig, sample_token
 from decoders.types import DecodeResult, StepRecord, Stopwatch
@@ -78,12 +79,7 @@ class SpeculativeDecoder:
         self.sampling = sampling
         # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft may only propose ids the
         # target can embed and score, and drafts nothing from a context holding an id it cannot embed itself.
-        self._target_vocab = target_model.get_output_embeddings().out_features
-        self._draft_vocab = min(
-            target_model.get_input_embeddings().num_embeddings, self._target_vocab,
-            draft_model.get_output_embeddings().out_features,
-        )
-        self._draft_embed = draft_model.get_input_embeddings().num_embeddings
+        self._target_vocab, self._draft_vocab, self._draft_embed = pair_vocab(target_model, draft_model)
 
     def _draft_next(self, d_logits: torch.Tensor, generator: torch.Generator | None
                     ) -> tuple[int, torch.Tensor | None]:

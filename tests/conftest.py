@@ -52,14 +52,19 @@ def target(tokenizer):
     return build_tiny_random(TINY, seed=0, vocab_size=len(tokenizer))
 
 
-@pytest.fixture(scope="session")
-def noisy_draft(target):
+def make_noisy_draft(target):
+    """A copy of ``target`` with 2 % seeded weight noise: drafts accepted often but not always."""
     draft = copy.deepcopy(target)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.02 * (p.std() if p.numel() > 1 else 1.0))
     return draft
+
+
+@pytest.fixture(scope="session")
+def noisy_draft(target):
+    return make_noisy_draft(target)
 
 
 @pytest.fixture(scope="session")

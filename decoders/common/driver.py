@@ -169,7 +169,7 @@ class Proposer(Protocol):
 
 
 def verify_tree(tree: DraftTree, logits: torch.Tensor, pending: int, sampling: SamplingConfig,
-                generator: torch.Generator | None) -> tuple[list[int], int]:
+                generator: torch.Generator | None) -> tuple[list[int], int, list[int] | None]:
     """Apply the verification rule to a tree whose target logits are known.
 
     Args:
@@ -181,7 +181,8 @@ def verify_tree(tree: DraftTree, logits: torch.Tensor, pending: int, sampling: S
         generator: required when sampling.
 
     Returns:
-        ``(path, next_token)``: accepted node indices (into ``tree.tokens``) and the token emitted after them.
+        ``(path, next_token, preds)``: accepted node indices (into ``tree.tokens``), the token emitted after them,
+        and the target's argmax after the root and every node when the rule computed it (greedy; else ``None``).
     """
     n = tree.size
     verified = tree.verified
@@ -192,15 +193,17 @@ def verify_tree(tree: DraftTree, logits: torch.Tensor, pending: int, sampling: S
         draft_probs = torch.stack([tree.draft_probs[i] for i in range(n)])
         accepted, token = verify.rejection_verify(torch.tensor(cand, device=logits.device), draft_probs,
                                                   sampling.probs(logits), generator)
-        return list(range(accepted)), token
+        return list(range(accepted)), token, None
     ids = [pending, *cand]
     parents = [-1, *(p + 1 for p in tree.parents)]
+    preds = None
     if sampling.greedy:
-        path, token = verify.tree_verify(ids, parents, logits.argmax(-1).tolist())
+        preds = logits.argmax(-1).tolist()
+        path, token = verify.tree_verify(ids, parents, preds)
     else:
         sampled = None if not tree.draft_probs else {k + 1: q for k, q in tree.draft_probs.items()}
         path, token = verify.multi_candidate_tree_verify(ids, parents, sampling.probs(logits), generator, sampled)
-    return [k - 1 for k in path], token
+    return [k - 1 for k in path], token, preds
 
 
 @torch.inference_mode()
@@ -273,12 +276,12 @@ def decode(
                            logits_to_keep=torch.tensor(rows, device=device))[0]
             logits = kept.new_zeros((1 + tree.size, kept.shape[-1]))
             logits[rows] = kept
-        path, token = verify_tree(tree, logits, context[-1], sampling, generator)
+        path, token, preds = verify_tree(tree, logits, context[-1], sampling, generator)
         emitted = truncate_at_stop([*(tree.tokens[k] for k in path), token], eos_token_ids, remaining)
         kept = min(len(path), len(emitted))
         keep_path(cache, past_len, [past_len, *(past_len + 1 + k for k in path[:kept])][: len(emitted)])
         context.extend(emitted)
-        verdict = Verdict(path, emitted, kept, logits)
+        verdict = Verdict(path, emitted, kept, logits, preds)  # preds: the rule's argmax, not computed twice
         proposer.accepted(context, tree, verdict)
         watch.lap("verify")
         finished = len(context) - prompt_len >= max_new_tokens or not eos_token_ids.isdisjoint(emitted)

@@ -21,6 +21,20 @@ from transformers import DynamicCache, PreTrainedModel
 from decoders.common.forward import forward
 
 
+def pair_vocab(target_model: PreTrainedModel, draft_model: PreTrainedModel) -> tuple[int, int, int]:
+    """Vocabulary bounds of a target/draft pair whose padded embedding sizes may differ (e.g. 151936 vs 152064).
+
+    Returns:
+        ``(target_vocab, draft_vocab, draft_embed)``: the columns of the target's logits; the ids the draft may
+        propose (below what the target can embed and score and what the draft's LM head scores); the ids the
+        draft can embed (a context holding a larger id cannot be drafted from).
+    """
+    target_vocab = target_model.get_output_embeddings().out_features
+    draft_vocab = min(target_model.get_input_embeddings().num_embeddings, target_vocab,
+                      draft_model.get_output_embeddings().out_features)
+    return target_vocab, draft_vocab, draft_model.get_input_embeddings().num_embeddings
+
+
 class FullHead:
     """Logits of the model's own LM head over ids ``[0, limit)``.
 
