@@ -7,7 +7,8 @@ the tuning run its settings came from). This script writes, for each:
   md/tex/csv, ``report.md``, figures), written outside the run folder so committed rows are never rewritten;
 * the README block between ``<!-- headline:begin`` and ``<!-- headline:end -->``: a caption naming the machine,
   dtype, problems, token budget, date and commit, read from the rows and the run's ``meta.json``/``run.log``,
-  then the main table with each decoder labelled by its tuned setting.
+  then the main table with each decoder labelled by its tuned setting (races not in the README get the same
+  block as ``docs/results/<name>/headline.md``).
 
 Usage::
 
@@ -58,18 +59,27 @@ HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches")
 class Headline:
     """One generated race: its rows, the tuning run its settings came from, and where its report goes."""
 
-    name: str          # docs/results/<name>/
-    title: str         # the caption's first words
-    race: str          # folder of the race's rows (relative to the repository root)
-    tuning: str        # folder of the tuning run that chose the settings
-    referee: str = ""  # folder of a float32 re-run of the samples that diverged in half precision ("" = none)
+    name: str                # docs/results/<name>/
+    title: str               # the caption's first words
+    race: str                # folder of the race's rows (relative to the repository root)
+    tuning: tuple[str, ...]  # folders of the tuning runs that chose the settings
+    referee: str = ""        # folder of a float32 re-run of the samples that diverged in half precision ("" = none)
+    in_readme: bool = True   # the README's block; otherwise docs/results/<name>/headline.md
 
 
 HEADLINES = (
     Headline("heldout_humaneval", "Held-out HumanEval race",
              "results/reference/heldout_bf16_zen4/race_heldout_humaneval",
-             "results/reference/heldout_bf16_zen4/tune_all",
+             ("results/reference/heldout_bf16_zen4/tune_all",),
              "results/reference/heldout_bf16_zen4/fp32_referee"),
+    Headline("heldout_mbpp", "Held-out MBPP race",
+             "results/reference/heldout_tasks_bf16_zen4/race_heldout_mbpp",
+             ("results/reference/heldout_bf16_zen4/tune_all", "results/reference/trees_bf16_zen4/tune_trees"),
+             in_readme=False),
+    Headline("heldout_gsm8k", "Held-out GSM8K race",
+             "results/reference/heldout_tasks_bf16_zen4/race_heldout_gsm8k",
+             ("results/reference/heldout_bf16_zen4/tune_all", "results/reference/trees_bf16_zen4/tune_trees"),
+             in_readme=False),
 )
 
 
@@ -157,8 +167,9 @@ def caption(h: Headline, rows: pd.DataFrame) -> str:
     ids = sorted({int(str(s).rsplit("/", 1)[-1]) for s in ok["sample_id"] if str(s).rsplit("/", 1)[-1].isdigit()})
     span = f"{ids[0]}-{ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ", ".join(map(str, ids))
     task = ", ".join(dict.fromkeys(ok["task"].astype(str)))
-    tune_rows = report.load_rows([ROOT / h.tuning])
+    tune_rows = report.load_rows([ROOT / t for t in h.tuning])
     tune_ids = sorted({int(str(s).rsplit("/", 1)[-1]) for s in tune_rows["sample_id"]})
+    presets = " and ".join(f"`experiment={Path(t).name}`" for t in h.tuning)
     meta = _meta(ROOT / h.race)
     env = meta.get("environment", {})
     one = lambda col, frame=ok: ", ".join(dict.fromkeys(metrics.fmt_value(v) for v in frame[col]))  # noqa: E731
@@ -167,9 +178,9 @@ def caption(h: Headline, rows: pd.DataFrame) -> str:
     return (f"**{h.title}: {task} problems {span} ({len(ids)} problems, never used for tuning), greedy, "
             f"{one('max_new_tokens')} new tokens, {one('dtype')} on {one('device_name')}, "
             f"{env.get('torch_num_threads', '?')} torch threads, {_first_timestamp(ROOT / h.race)}, commit "
-            f"{one('git_commit')[:7]}.** Settings tuned on {task} problems {tune_ids[0]}-{tune_ids[-1]} at "
-            f"{one('max_new_tokens', tune_rows)} new tokens ({one('dtype', tune_rows)}, same machine; "
-            f"`experiment=tune_all`, then `benchmarks/tune.py`). One run, {repeats} repeat(s), decoder order "
+            f"{one('git_commit')[:7]}.** Settings tuned on {one('task', tune_rows)} problems {tune_ids[0]}-"
+            f"{tune_ids[-1]} at {one('max_new_tokens', tune_rows)} new tokens ({one('dtype', tune_rows)}, same machine"
+            f"; {presets}, then `benchmarks/tune.py`). One run, {repeats} repeat(s), decoder order "
             f"{order}d per problem, vanilla in the same process; speedup = mean of paired per-problem ratios [95% "
             f"bootstrap CI]. Rows: `{h.race}/`; report with every column's definition, and figures: "
             f"`docs/results/{h.name}/`.")
@@ -213,7 +224,13 @@ def generate(out_root: Path) -> tuple[str, dict[str, Path]]:
             raise FileNotFoundError(f"{h.race} does not exist (the race rows of headline {h.name!r})")
         files = report.write_report([race], out_dir=out_root / h.name, plots=True)
         written.update({f"{h.name}/{k}": v for k, v in files.items()})
-        blocks.append(headline_block(h, report.load_rows([race])))
+        block = headline_block(h, report.load_rows([race]))
+        if h.in_readme:
+            blocks.append(block)
+        else:
+            path = out_root / h.name / "headline.md"
+            path.write_text(block + "\n")
+            written[f"{h.name}/headline.md"] = path
     return "\n\n".join(blocks), written
 
 

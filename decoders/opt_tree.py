@@ -234,13 +234,14 @@ class _TreeGrower:
             parent_values = torch.tensor([cand[i][2] for i in frontier], dtype=top_p.dtype, device=top_p.device)
             values = (top_p * parent_values[:, None]).flatten()
             # Only the best n of the new layer can matter (the paper's frontier); keep those.
-            keep = values.topk(min(n, values.numel())).indices.tolist()
+            top = values.topk(min(n, values.numel()))
+            keep = top.indices.tolist()
             first_new = len(cand)
-            tokens = top_i.flatten().tolist()
-            vals = values.tolist()
-            for j in keep:
-                cand.append((tokens[j], frontier[j // k], vals[j], layer))
-            new_best = self._select(cand)
+            for j, token, value in zip(keep, top_i.flatten()[top.indices].tolist(), top.values.tolist()):
+                cand.append((token, frontier[j // k], value, layer))
+            # The top n of all candidates is the top n of the previous top n and the new layer: values never
+            # change, so a candidate outside the top n has n better ones for good.
+            new_best = self._select(cand, [*best, *range(first_new, len(cand))])
             gain = sum(cand[i][2] for i in new_best) - gain_ref
             if d.cost_aware:
                 spent += d.cost.draft_time(len(frontier))
@@ -255,8 +256,7 @@ class _TreeGrower:
                 break
             best, gain_ref = new_best, gain_ref + gain
             frontier = self._frontier(cand, best, first_new, spent)
-        best = self._select(cand)
-        if d.cost_aware:
+        if d.cost_aware:  # `best` is the top n of `cand` on every way out of the loop
             best = best[: self._best_size(cand, best, spent)]
         chosen = sorted(best, key=lambda i: (cand[i][3], -cand[i][2]))
         index = {i: j for j, i in enumerate(chosen)}
@@ -274,9 +274,10 @@ class _TreeGrower:
             best = best[: self._best_size(cand, best, spent)]
         return [i for i in best if i >= first and cand[i][0] not in self.d.eos_token_ids]
 
-    def _select(self, cand: list[tuple[int, int, float, int]]) -> list[int]:
-        """Indices of the top ``num_nodes`` candidates by value (ties: shallower first, so parents precede)."""
-        order = sorted(range(len(cand)), key=lambda i: (-cand[i][2], cand[i][3]))
+    def _select(self, cand: list[tuple[int, int, float, int]], among: Sequence[int] | None = None) -> list[int]:
+        """Indices of the top ``num_nodes`` candidates (of ``among``, default all) by value (ties: shallower first,
+        so parents precede; then the older candidate)."""
+        order = sorted(range(len(cand)) if among is None else among, key=lambda i: (-cand[i][2], cand[i][3], i))
         return order[: self.d.num_nodes]
 
     def _rates(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> list[float]:

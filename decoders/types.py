@@ -128,6 +128,12 @@ class Stopwatch(Protocol):
         """Charge the time since the previous mark (``lap`` or the start) to ``phase`` (e.g. ``"draft"``,
         ``"verify"``); for decoders that report a time split."""
 
+    def mark(self, phase: str) -> None:
+        """End a fine-grained host phase of a step (``"propose"``, ``"inputs"``, ``"forward"``, ``"rule"``,
+        ``"cache"``, ``"update"``, ``"bookkeeping"``: :data:`harness.overhead.PHASES`). The runner's stopwatch
+        ignores marks (no clock read, no device sync: they cost a timed run nothing); the host-overhead
+        profiler (:class:`harness.overhead.PhaseProfiler`) charges the time since the previous mark to it."""
+
 
 class _NullStopwatch:
     """A :class:`Stopwatch` that does nothing (``generate`` called without one)."""
@@ -136,6 +142,9 @@ class _NullStopwatch:
         pass
 
     def lap(self, phase: str) -> None:
+        pass
+
+    def mark(self, phase: str) -> None:
         pass
 
 

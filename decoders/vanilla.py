@@ -56,7 +56,8 @@ class VanillaDecoder:
             max_new_tokens: upper bound on new tokens, >= 1.
             generator: the ``torch.Generator`` (on the target's device) every random draw comes from; required
                 when sampling, unused when greedy.
-            stopwatch: the runner's timer; ``first_token()`` is called once the prefill gave the first token.
+            stopwatch: the runner's timer; ``first_token()`` is called once the prefill gave the first token,
+                ``mark(phase)`` after each host phase of a step (for the host-overhead profiler).
 
         Returns:
             :class:`DecodeResult` with ``accept_length`` exactly 1.0.
@@ -72,11 +73,15 @@ class VanillaDecoder:
         logits = forward(self.target_model, input_ids, cache, logits_to_keep=1)
         token = self._next(logits, generator)
         out = [int(token)]
-        (stopwatch or NULL_STOPWATCH).first_token()
+        watch = stopwatch or NULL_STOPWATCH
+        watch.first_token()
         steps = [StepRecord(target_tokens_fed=input_ids.shape[1], emitted=1, source={"bonus": 1})]
         while len(out) < max_new_tokens and out[-1] not in self.eos_token_ids:
             logits = forward(self.target_model, token, cache, logits_to_keep=1)
+            watch.mark("forward")
             token = self._next(logits, generator)
             out.append(int(token))
+            watch.mark("rule")
             steps.append(StepRecord(target_tokens_fed=1, emitted=1, source={"bonus": 1}))
+            watch.mark("bookkeeping")
         return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps))

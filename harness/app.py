@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,7 +19,7 @@ from harness.config import (
     CONF_DIR, ConfigError, compose, refuse_group_lists, tuning_mismatches, validate,
 )
 from harness.metrics import to_markdown
-from harness.models import load_pair
+from harness.models import ModelLoadError, check_fits, load_pair
 from harness.resume import ResumeMismatchError
 from harness.results import environment
 from harness.runner import NON_PARAM_KEYS, RunSettings, Runner, parse_shard
@@ -168,6 +169,8 @@ def precheck(argv: Sequence[str]) -> None:
     plain = [o.input_line for o in parsed if not o.is_sweep_override()]
     base = compose(plain, return_hydra_config=True, check=False)
     multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN  # experiments set hydra.mode themselves
+    if multirun:
+        check_launcher(base.hydra.get("launcher"), dict(base.hydra.runtime.choices).get("hydra/launcher"))
     if len(plain) < len(parsed) and not multirun:
         return  # a sweep without -m: Hydra says how to fix it
     if not multirun:
@@ -179,6 +182,22 @@ def precheck(argv: Sequence[str]) -> None:
     points = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
     for point in points[:MAX_PRECHECK_COMPOSES]:
         compose(point)
+
+
+def check_launcher(launcher: Any, choice: str | None) -> None:
+    """Refuse, in one line, a Hydra launcher whose requirements this machine lacks (before any job starts).
+
+    A SLURM launcher (``hydra/launcher=slurm_gpu``, submitit's ``submitit_slurm``) submits with ``sbatch``; without
+    it submitit fails after the sweep has started, in a 25-line traceback.
+
+    Raises:
+        ConfigError: naming the launcher, what is missing and what to use instead.
+    """
+    target = str((launcher or {}).get("_target_", ""))
+    if "SlurmLauncher" in target and shutil.which("sbatch") is None:
+        raise ConfigError(f"hydra/launcher={choice or target}: submits SLURM jobs with `sbatch`, which is not on "
+                          "this machine's PATH; run on a SLURM login node, or drop the launcher (jobs run here one "
+                          "after another) or use hydra/launcher=local_cpu")
 
 
 def _run_dir(cfg: DictConfig) -> Path:
@@ -315,11 +334,15 @@ def main_job(cfg: DictConfig) -> float | None:
             require_sampling_support(name, hydra.utils.get_class(dcfg["_target_"]), settings.sampling)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
+    try:  # on CUDA: weights that cannot fit are refused before any data or weight loads
+        check_fits(OmegaConf.to_container(cfg.model, resolve=True), cfg.get("device", "auto"), need_draft)
+    except ModelLoadError as e:
+        raise ConfigError(str(e)) from None
     # The task is built before any model: missing, corrupt or empty data, unknown sample ids and an empty shard
     # fail fast, with one line each. `name` is the config's label, not an argument.
     task = build_task_or_refuse(cfg.task)
     check_selection(task, settings, str(cfg.task.get("name") or getattr(task, "name", "task")))
-    need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
     pair = load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=cfg.get("device", "auto"),
                      need_draft=need_draft)
     eos = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)

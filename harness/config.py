@@ -692,6 +692,21 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
 def _check_device(device: Any) -> list[str]:
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|mps|(cuda|xpu|npu|hpu)(:\d+)?", device):
         return [f"device={_show(device)}: must be auto, cpu, cuda, cuda:<index> (or another torch device name)"]
+    if device.startswith("cuda"):  # refused here, before any task data or weights load
+        import torch
+
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if not torch.cuda.is_available():
+            return [f"device={device}: torch {torch.__version__} sees no CUDA device (a CPU build of torch, or no "
+                    "driver); use device=cpu, or device=auto (CUDA when present, else CPU)"]
+        if index >= torch.cuda.device_count():
+            return [f"device={device}: only {torch.cuda.device_count()} CUDA device(s) visible (cuda:0.."
+                    f"cuda:{torch.cuda.device_count() - 1}); check CUDA_VISIBLE_DEVICES"]
+    if device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            return ["device=mps: this torch build or machine has no MPS (Apple GPU) backend; use device=cpu"]
     return []
 
 

@@ -618,6 +618,56 @@ def check_tokenizers_match(target_tok: Any, draft_tok: Any, target_name: str, dr
         )
 
 
+def weight_bytes(spec: Mapping[str, Any], dtype: torch.dtype) -> int:
+    """Bytes of ``spec``'s weights in ``dtype``, from its config alone (built on the meta device: nothing is
+    allocated, no weight is read). A GGUF source is converted first (:func:`materialize`), as loading would.
+
+    Raises:
+        ModelLoadError: as :func:`materialize`.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if spec.get("source") == "tiny_random":
+        fields = dict(spec["config"])
+        fields.pop("logit_scale", None)
+        cfg = AutoConfig.for_model(fields.pop("model_type", "llama"), **fields)
+    else:
+        cfg = AutoConfig.from_pretrained(materialize(spec), **_revision(spec))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def fit_problem(name: str, need: int, free: int, total: int, device: torch.device, dtype: torch.dtype) -> str | None:
+    """The one-line refusal when weights of ``need`` bytes do not fit in ``free`` bytes of ``device`` (a 10 %
+    reserve is kept for the KV caches and activations), else ``None``."""
+    if need <= 0.9 * free:
+        return None
+    gib = 2 ** 30
+    return (f"model={name} needs {need / gib:.1f} GiB for its weights in {str(dtype).replace('torch.', '')} but "
+            f"{device} has {free / gib:.1f} GiB free of {total / gib:.1f} GiB; use a smaller pair, model.dtype="
+            "bfloat16, a GPU with more free memory (device=cuda:N) or device=cpu")
+
+
+def check_fits(model_cfg: Mapping[str, Any], device: str | torch.device = "auto", need_draft: bool = True) -> None:
+    """Refuse, before any weight loads, a pair whose weights do not fit in the CUDA device's free memory
+    (nothing is checked on other devices).
+
+    Raises:
+        ModelLoadError: one line, from :func:`fit_problem`.
+    """
+    dev = resolve_device(str(device)) if not isinstance(device, torch.device) else device
+    if dev.type != "cuda":
+        return
+    dtype = resolve_dtype(model_cfg.get("dtype", "auto"), dev)
+    specs = [model_cfg["target"]] + ([model_cfg["draft"]] if model_cfg.get("draft") is not None and need_draft else [])
+    need = sum(weight_bytes(s, dtype) for s in specs)
+    free, total = torch.cuda.mem_get_info(dev)
+    problem = fit_problem(str(model_cfg.get("name")), need, free, total, dev, dtype)
+    if problem:
+        raise ModelLoadError(problem)
+
+
 def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto", need_draft: bool = True) -> ModelPair:
     """Load target (and draft, when configured and needed) after checking their tokenizers agree.
 

@@ -51,6 +51,10 @@ class Stopwatch:
         self.phases[phase] = self.phases.get(phase, 0.0) + now - self.last
         self.last = now
 
+    def mark(self, phase: str) -> None:
+        """Ignored: fine-grained host phases are for the profiler (:mod:`harness.overhead`); a timed run reads
+        no clock and synchronizes nothing for them."""
+
     def stop(self) -> float:
         """Stop; returns the wall seconds since :meth:`start`."""
         self.wall_s = self._now() - self.t0

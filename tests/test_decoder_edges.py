@@ -178,6 +178,9 @@ class _Marks:
     def lap(self, phase: str) -> None:
         pass
 
+    def mark(self, phase: str) -> None:
+        pass
+
 
 @pytest.mark.parametrize("name", list(FACTORIES))
 @pytest.mark.parametrize("max_new", [1, 12])

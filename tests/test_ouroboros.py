@@ -118,6 +118,9 @@ class _Marks:
     def lap(self, phase):
         self.marks.append(phase)
 
+    def mark(self, phase):
+        pass
+
 
 def test_draft_verify_split_goes_through_the_stopwatch(target, noisy_draft, prompt_ids, vanilla):
     dec = OuroborosDecoder(target, noisy_draft, gamma=4, window_size=4, ngram_size=4, guess_set_size=4, topk=3)

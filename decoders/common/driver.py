@@ -229,8 +229,9 @@ def decode(
         sampling: greedy or the run's sampling settings.
         generator: the only source of randomness; required when sampling.
         stopwatch: the runner's timer: ``first_token()`` after the target's prefill; ``lap("verify")`` after the
-            prefill and after each verification (target forward, rule, KV compaction, proposer update);
-            ``lap("draft")`` after each proposal.
+            prefill and after each verification (target forward, rule, KV compaction, proposer update, step
+            record); ``lap("draft")`` after each proposal; ``mark(phase)`` after each host phase of a step
+            (:data:`harness.overhead.PHASES`; for the host-overhead profiler).
 
     Returns:
         :class:`~decoders.types.DecodeResult` with one :class:`~decoders.types.StepRecord` per target forward
@@ -260,6 +261,7 @@ def decode(
     while not finished:
         remaining = max_new_tokens - (len(context) - prompt_len)
         tree = proposer.propose(context, remaining, generator)
+        watch.mark("propose")
         watch.lap("draft")
         past_len = len(context) - 1
         ids = torch.tensor([[context[-1], *tree.tokens]], device=device)
@@ -269,6 +271,7 @@ def decode(
             mask, position_ids = tree_attention([-1, *(p + 1 for p in tree.parents)], past_len,
                                                 dtype=target_model.dtype, device=device)
         rows = tree.logit_rows()
+        watch.mark("inputs")
         if rows is None:
             logits = forward(target_model, ids, cache, position_ids=position_ids, attention_mask=mask)[0]
         else:  # the LM head only where logits are read
@@ -276,18 +279,23 @@ def decode(
                            logits_to_keep=torch.tensor(rows, device=device))[0]
             logits = kept.new_zeros((1 + tree.size, kept.shape[-1]))
             logits[rows] = kept
+        watch.mark("forward")
         path, token, preds = verify_tree(tree, logits, context[-1], sampling, generator)
         emitted = truncate_at_stop([*(tree.tokens[k] for k in path), token], eos_token_ids, remaining)
         kept = min(len(path), len(emitted))
+        watch.mark("rule")
         keep_path(cache, past_len, [past_len, *(past_len + 1 + k for k in path[:kept])][: len(emitted)])
+        watch.mark("cache")
         context.extend(emitted)
         verdict = Verdict(path, emitted, kept, logits, preds)  # preds: the rule's argmax, not computed twice
         proposer.accepted(context, tree, verdict)
-        watch.lap("verify")
+        watch.mark("update")
         finished = len(context) - prompt_len >= max_new_tokens or not eos_token_ids.isdisjoint(emitted)
         steps.append(_step_record(tree, verdict))
         for key, value in tree.stats.items():
             stats[key] = stats.get(key, 0) + value
+        watch.mark("bookkeeping")
+        watch.lap("verify")
 
     output = truncate_at_stop(context[prompt_len:], eos_token_ids, max_new_tokens)
     return DecodeResult(tuple(output), tuple(steps), proposer.extra(steps[1:], stats))

@@ -100,15 +100,17 @@ def keep_path(cache: DynamicCache, start: int, kept_positions: Sequence[int] | t
         ValueError: if an index is out of range or the indices do not increase.
     """
     length = cache.get_seq_length()
-    kept = torch.as_tensor(list(kept_positions) if not torch.is_tensor(kept_positions) else kept_positions,
-                           dtype=torch.long)
-    if kept.numel() and (kept.min() < start or kept.max() >= length or (kept.diff() <= 0).any()):
-        raise ValueError(f"kept_positions must increase within [{start}, {length}); got {kept.tolist()}")
-    if kept.numel() and torch.equal(kept, torch.arange(start, start + kept.numel())):
-        crop(cache, start + kept.numel())  # the path is already in place
+    # Checked in plain Python: a path holds a handful of ints, and each tensor op would cost more than the check.
+    kept = kept_positions.tolist() if torch.is_tensor(kept_positions) else [int(k) for k in kept_positions]
+    if kept and (kept[0] < start or kept[-1] >= length or any(b <= a for a, b in zip(kept, kept[1:]))):
+        raise ValueError(f"kept_positions must increase within [{start}, {length}); got {kept}")
+    if kept and kept[-1] == start + len(kept) - 1:  # increasing from `start` and ending there: consecutive
+        crop(cache, start + len(kept))  # the path is already in place
         return
     _check_editable(cache)
+    on: dict[torch.device, torch.Tensor] = {}  # the positions copied once per device, not once per layer
     for layer in cache.layers:
-        idx = kept.to(layer.keys.device)
+        dev = layer.keys.device
+        idx = on[dev] if dev in on else on.setdefault(dev, torch.tensor(kept, dtype=torch.long, device=dev))
         layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, idx)], dim=-2)
         layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, idx)], dim=-2)

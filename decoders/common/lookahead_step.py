@@ -58,7 +58,7 @@ from decoders.common.ngram_pool import NGramPool
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import lookahead_layout, prepend_chain, tree_attention
-from decoders.common.verify import branch_verify, multi_candidate_tree_verify
+from decoders.common.verify import multi_candidate_tree_verify
 
 
 def max_depth_after(model: PreTrainedModel, position: int) -> int:
@@ -348,10 +348,10 @@ class LookaheadStepper:
         mask, position_ids = tree_attention(prepend_chain(layout.parents, off), past, dtype=model.dtype, device=device)
         logits = self.head.logits(torch.tensor([ids], device=device), self.cache, position_ids=position_ids,
                                   attention_mask=mask, keep=torch.tensor(needed, device=device))
-        preds = self.head.token_ids(logits.argmax(-1)).cpu()  # aligned with `needed`; one device sync
+        preds = self.head.token_ids(logits.argmax(-1)).tolist()  # aligned with `needed`; one device sync
 
         best = accepted = 0
-        bonus = int(preds[0])
+        bonus = preds[0]
         g_start = len(needed) - len(guesses) * guess_len  # row of the first n-gram token in `needed`
         drawn_from = None
         if not self.sampling.greedy:
@@ -366,10 +366,14 @@ class LookaheadStepper:
             accepted = len(path)
             best = (path[-1] - 1) // guess_len if path else 0
             drawn_from = node_probs[[0, *path]]  # the row each emitted token was drawn from
-        elif guesses:
-            g_preds = preds[g_start:].view(len(guesses), guess_len)
-            target = torch.cat([preds[:1].expand(len(guesses), 1), g_preds], dim=1)
-            best, accepted, bonus = branch_verify(torch.tensor(guesses), target)
+        elif guesses:  # branch_verify's rule on plain lists (a handful of ints: cheaper than tensor ops)
+            for b, guess in enumerate(guesses):
+                row, n, pred = g_start + b * guess_len, 0, preds[0]
+                while n < guess_len and guess[n] == pred:
+                    pred = preds[row + n]
+                    n += 1
+                if n > accepted:  # the first longest branch wins
+                    best, accepted, bonus = b, n, pred
         emitted = truncate_at_stop([*guesses[best][:accepted], bonus] if accepted else [bonus], self.eos_token_ids,
                                    budget)
         accepted = min(accepted, len(emitted))
@@ -392,7 +396,7 @@ class LookaheadStepper:
             top_probs = top.values[:, 0].tolist()
             runner_up = (self.head.token_ids(top.indices[:, 1]).tolist() if top.indices.shape[1] > 1
                          else [-1] * len(emitted))
-        self.branches.absorb(plan, preds[1 : 1 + len(plan.last_row)].tolist())
+        self.branches.absorb(plan, preds[1 : 1 + len(plan.last_row)])
         return StepOutput(emitted, accepted, guess_len, len(guesses), len(ids), top_probs, runner_up, drawn_from)
 
 

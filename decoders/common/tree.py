@@ -24,17 +24,24 @@ import torch
 
 @lru_cache(maxsize=64)
 def _ancestors(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ancestor_or_self (n, n) bool, depth (n,) int64)`` on the CPU; cached, never mutated."""
+    """``(ancestor_or_self (n, n) bool, depth (n,) int64)`` on the CPU; cached, never mutated.
+
+    The ancestor lists are built in plain Python and scattered into the matrix by one indexed write (a draft
+    tree changes every step, so the cache rarely hits; one tensor op per node cost ~5 us each)."""
     n = len(parents)
-    anc = torch.eye(n, dtype=torch.bool)
-    depth = torch.zeros(n, dtype=torch.long)
+    lines: list[list[int]] = []
+    depth = [0] * n
     for i, p in enumerate(parents):
         if not -1 <= p < i:
             raise ValueError(f"parents[{i}] = {p}: a parent must be -1 or an earlier index (< {i})")
         if p >= 0:
-            anc[i] |= anc[p]
+            lines.append([*lines[p], i])
             depth[i] = depth[p] + 1
-    return anc, depth
+        else:
+            lines.append([i])
+    anc = torch.zeros((n, n), dtype=torch.bool)
+    anc[[i for i, line in enumerate(lines) for _ in line], [j for line in lines for j in line]] = True
+    return anc, torch.tensor(depth, dtype=torch.long)
 
 
 def tree_attention(
