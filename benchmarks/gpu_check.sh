@@ -3,9 +3,9 @@
 #
 #   bash benchmarks/gpu_check.sh --fetch-wheels .gpu_wheels     # on a machine WITH network (once): the wheels the
 #                                                               # project needs beyond torch (gpu_requirements.txt),
-#                                                               # for CPython 3.12 on x86_64 Linux, ~30 MB
+#                                                               # for CPython 3.12 on x86_64 Linux, ~42 MB
 #   bash benchmarks/gpu_check.sh --wheels .gpu_wheels [OUT]     # on the GPU machine: < 8 min on one H200
-#   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes (CI, ~1 min)
+#   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes (CI, 1-2 min)
 #
 # On the GPU machine (Python 3.12, torch with CUDA and an older transformers preinstalled, nothing else of ours):
 # a virtual environment that sees the system's torch gets the carried wheels (pip --no-index), then
@@ -14,26 +14,34 @@
 #   3. float32 whole-sequence equality of every conf/decoder config with vanilla on the device (tiny random
 #      models; a difference fails the check);
 #   4. the same in bfloat16, with the first divergent token per decoder (reported, not failed);
-#   5. timing with randomly initialised models of the real pair's shapes (Qwen2.5 1.5B target / 0.5B draft,
-#      bfloat16, EOS ignored): vanilla vs hf_greedy, each decoder's tokens/s with a self-draft (the ceiling),
-#      accept length and host overhead per step;
+#   5. timing with a randomly initialised target of the real target's shape (Qwen2.5 1.5B, bfloat16, EOS
+#      ignored), one config per decoder family: vanilla vs hf_greedy, tokens/s with a copy of the target as the
+#      draft (self-draft: every draft accepted), accept length and host overhead per step;
 #   6. the host-overhead table of benchmarks/host_overhead.py on the device.
 # Each step has its own time limit and its exit status is recorded; a failing step does not stop the others.
-# Everything lands under OUT (default results/gpu_check): the steps' rows and texts, and summary.md.
+# Everything lands under OUT (default results/gpu_check; relative paths, OUT and --wheels, are taken from the
+# repository root): the steps' rows and texts, and summary.md (rewritten after each step).
+# Python: $PYTHON, else .venv/bin/python when it exists, else python3.
 # Exit status: 0 every step passed, 1 some step failed (summary.md says which), 2 usage error.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ]; then  # the project's environment when there is one (setup.sh), else the machine's python3
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
 MODE=gpu
 WHEELS=""
 OUT=""
+value() {  # value OPTION NEXT: NEXT must be a folder argument, not another option
+  if [ -z "${2:-}" ] || [ "${2#-}" != "$2" ]; then echo "error: $1 needs a folder" >&2; exit 2; fi
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) MODE=dry ;;
-    --wheels) WHEELS=${2:?--wheels needs a folder}; shift ;;
+    --wheels) value "$1" "${2:-}"; WHEELS=$2; shift ;;
     --fetch-wheels)
-      dest=${2:?--fetch-wheels needs a folder}
+      value "$1" "${2:-}"
+      dest=$2
       mkdir -p "$dest"
       # antlr4-python3-runtime (omegaconf's parser) is published as a source archive only: build its wheel first
       antlr=$(grep -o -m1 '^antlr4-python3-runtime==[0-9.]*' benchmarks/gpu_requirements.txt)
@@ -44,21 +52,25 @@ while [ $# -gt 0 ]; do
       rm -f "$dest"/numpy-*.whl   # the GPU machine's numpy is used (see gpu_requirements.txt)
       du -sh "$dest"; ls "$dest"
       exit 0 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "error: unknown option $1 (--dry-run, --wheels DIR, --fetch-wheels DIR)" >&2; exit 2 ;;
-    *) OUT=$1 ;;
+    *) [ -n "$OUT" ] && { echo "error: two output folders ($OUT, $1); give one" >&2; exit 2; }; OUT=$1 ;;
   esac
   shift
 done
 OUT=${OUT:-results/gpu_check}
-mkdir -p "$OUT"
+[ -z "$WHEELS" ] || [ -d "$WHEELS" ] || { echo "error: --wheels $WHEELS is not a folder" >&2; exit 2; }
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+  echo "error: $PYTHON cannot import torch; set PYTHON to an interpreter that has it (e.g. PYTHON=.venv/bin/python)" >&2
+  exit 2
+fi
 if [ "$MODE" = gpu ] && ! "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
   echo "error: $PYTHON's torch sees no CUDA device; on a machine without one run: bash $0 --dry-run" >&2
   exit 2
 fi
+mkdir -p "$OUT"
 
 if [ -n "$WHEELS" ]; then
-  [ -d "$WHEELS" ] || { echo "error: --wheels $WHEELS is not a folder" >&2; exit 2; }
   VENV=${GPU_CHECK_VENV:-/tmp/specdec-gpu-venv}
   "$PYTHON" -m venv --system-site-packages "$VENV" || exit 1
   "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" -r benchmarks/gpu_requirements.txt \
@@ -80,6 +92,20 @@ fi
 
 declare -a SUMMARY=()
 worst=0
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')"
+summary() {  # rewritten after every step: a run killed from outside still leaves what it measured
+  {
+    echo "# gpu_check ($MODE) on $(hostname), $(date -u +%FT%TZ), commit $COMMIT: $1"
+    echo
+    echo "| step | exit | wall s |"
+    echo "|---|---|---|"
+    printf '%s\n' "${SUMMARY[@]}"
+    echo
+    for f in env.json equality_float32.txt equality_bfloat16.txt timing.txt host_overhead.txt; do
+      [ -f "$OUT/$f" ] && { echo "## $f"; echo; echo '```'; cat "$OUT/$f"; echo '```'; echo; }
+    done
+  } > "$OUT/summary.md"
+}
 step() {  # step NAME LIMIT_S CMD...: run with a time limit, keep its output, record its status and wall time
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
@@ -87,28 +113,22 @@ step() {  # step NAME LIMIT_S CMD...: run with a time limit, keep its output, re
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   tail -n 40 "$OUT/$name.log"
-  SUMMARY+=("| $name | $rc | $((SECONDS - t0)) |")
+  SUMMARY+=("| $name | $rc$( [ $rc = 124 ] && echo ' (time limit)') | $((SECONDS - t0)) |")
   [ "$rc" -ne 0 ] && worst=1
+  summary "in progress"
   return 0
 }
 
-step env 60 "$PYTHON" benchmarks/gpu_check.py env --out "$OUT" --device $DEV
-step cuda_tests 150 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_sampling.py
-step equality_float32 120 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype float32 "${EQ[@]}"
-step equality_bfloat16 120 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype bfloat16 "${EQ[@]}"
-step timing 200 "$PYTHON" benchmarks/gpu_check.py timing --out "$OUT" --device $DEV "${TIMING[@]}"
-step host_overhead 120 "$PYTHON" benchmarks/host_overhead.py --device $DEV --json "$OUT/host_overhead.json" "${OVERHEAD[@]}"
+# Time limits (s): 30 + 90 + 60 + 60 + 150 + 60 = 450, with the wheel install (~30 s) under 8 minutes.
+step env 30 "$PYTHON" benchmarks/gpu_check.py env --out "$OUT" --device $DEV
+step cuda_tests 90 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_sampling.py
+step equality_float32 60 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype float32 "${EQ[@]}"
+step equality_bfloat16 60 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype bfloat16 "${EQ[@]}"
+step timing 150 "$PYTHON" benchmarks/gpu_check.py timing --out "$OUT" --device $DEV "${TIMING[@]}"
+step host_overhead 60 "$PYTHON" benchmarks/host_overhead.py --device $DEV --json "$OUT/host_overhead.json" "${OVERHEAD[@]}"
+grep -v "Warning\|deprecated" "$OUT/host_overhead.log" > "$OUT/host_overhead.txt"
 
-{
-  echo "# gpu_check ($MODE) on $(hostname), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo
-  echo "| step | exit | wall s |"
-  echo "|---|---|---|"
-  printf '%s\n' "${SUMMARY[@]}"
-  echo
-  for f in env.json equality_float32.txt equality_bfloat16.txt timing.txt host_overhead.log; do
-    [ -f "$OUT/$f" ] && { echo "## $f"; echo; echo '```'; cat "$OUT/$f"; echo '```'; echo; }
-  done
-} > "$OUT/summary.md"
-echo "gpu_check ($MODE): $( [ $worst = 0 ] && echo passed || echo 'FAILED (see summary.md)'); rows and summary in $OUT"
+verdict=$( [ $worst = 0 ] && echo passed || echo 'FAILED (a step did not exit 0; see the table)')
+summary "$verdict"
+echo "gpu_check ($MODE): $verdict; rows and summary in $OUT"
 exit $worst

@@ -71,9 +71,6 @@ def _decoders(names: list[str] | None, target, draft, tok):
     from harness.app import CONF_DIR, build_decoder, decoder_configs
 
     available = sorted(p.stem for p in (CONF_DIR / "decoder").glob("*.yaml"))
-    unknown = sorted(set(names or []) - set(available))
-    if unknown:
-        raise SystemExit(f"error: unknown decoder config(s) {unknown}; choose from {available}")
     out = {}
     for name in names or available:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -187,6 +184,45 @@ def check(baseline: dict, current: dict, margin: float, abs_margin: float = 0.5)
     return (1 if failed else 0), lines
 
 
+def _refusal(args) -> tuple[str | None, dict | None]:
+    """``(one-line problem or None, the baseline document or None)``: every check that needs no measurement."""
+    conf = ROOT / "conf" / "decoder"
+    available = sorted(p.stem for p in conf.glob("*.yaml"))
+    names = args.decoders.split(",") if args.decoders else available
+    unknown = sorted(set(names) - set(available))
+    if unknown:
+        return f"unknown decoder config(s) {', '.join(unknown)}; choose from {', '.join(available)}", None
+    for flag in ("max_new_tokens", "prompt_tokens", "prompts", "rounds", "threads"):
+        if getattr(args, flag) < (2 if flag == "max_new_tokens" else 1):
+            return f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= " \
+                   f"{2 if flag == 'max_new_tokens' else 1}", None
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        return f"--device {args.device}: not a torch device name (cpu, cuda, cuda:N)", None
+    if (device.type == "cuda" and not torch.cuda.is_available()) or (
+            device.type == "mps" and not torch.backends.mps.is_available()) or device.type not in ("cpu", "cuda", "mps"):
+        return f"--device {args.device}: torch {torch.__version__} has no such device here; use --device cpu", None
+    if not args.check:
+        return None, None
+    if not args.check.is_file():
+        return f"baseline {args.check} is not a file; write one with --write-baseline", None
+    try:
+        baseline = json.loads(args.check.read_text())
+        wanted = baseline["settings"]
+    except (ValueError, KeyError, TypeError):
+        return f"baseline {args.check} is not a host-overhead baseline (JSON with 'settings'); rewrite it with " \
+               "--write-baseline", None
+    here = {"max_new_tokens": args.max_new_tokens, "prompt_tokens": args.prompt_tokens, "prompts": args.prompts,
+            "dtype": args.dtype, "device": args.device, "threads": args.threads}
+    diff = [f"{k}={here[k]} (baseline {wanted.get(k)})" for k in SETTINGS if wanted.get(k) != here[k]]
+    if diff:
+        return f"--check compares runs with the baseline's settings, these differ: {', '.join(diff)}", None
+    if "vanilla" not in names:
+        return "--check needs vanilla among --decoders (the ratios' reference)", None
+    return None, baseline
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--decoders", help="comma list of conf/decoder configs (default: every one)")
@@ -203,15 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=1.0, help="allowed growth of a ratio to vanilla")
     parser.add_argument("--abs-margin", type=float, default=0.5, help="allowed growth of a decoder's host time")
     args = parser.parse_args(argv)
-    baseline = None
-    if args.check:  # refuse before measuring
-        if not args.check.is_file():
-            print(f"error: baseline {args.check} not found; write one with --write-baseline", file=sys.stderr)
-            return 2
-        baseline = json.loads(args.check.read_text())
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"error: --device {args.device} but torch {torch.__version__} sees no CUDA device; use --device cpu",
-              file=sys.stderr)
+    problem, baseline = _refusal(args)  # before any model is built
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     doc = measure(args)
     print(table(doc))
