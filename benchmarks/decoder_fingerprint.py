@@ -8,7 +8,7 @@ exactly as they were, greedy and sampled. Run this on the old commit and on the 
     .venv/bin/python benchmarks/decoder_fingerprint.py > /tmp/new.json
     .venv/bin/python benchmarks/decoder_fingerprint.py --compare /tmp/old.json /tmp/new.json
 
-Every ``conf/decoder/*.yaml`` (a run's own construction path, :func:`harness.app.build_decoder`) decodes the
+Every ``conf/decoder/*.yaml`` (a run's own construction path, :func:`harness.api.build_decoder`) decodes the
 test prompts greedily in float32 and, for decoders that sample, at temperature 0.8 / top-k 6 / top-p 0.95 with
 fixed seeds. The fingerprint holds each result's token ids, every :class:`~decoders.types.StepRecord` and the
 ``extra`` scalars. ``--compare`` prints each difference and exits 1 when there is one (decoders present on one
@@ -56,30 +56,26 @@ def _result(res) -> dict:
 
 
 def fingerprint() -> dict:
-    from hydra import compose, initialize_config_dir
-
     from decoders.common.sampling import SamplingConfig
-    from harness.app import CONF_DIR, build_decoder, decoder_configs
+    from harness.api import build_decoder
+    from harness.app import available
+    from harness.models import ModelPair
 
     torch.set_num_threads(1)
     tok, target, draft, eos, prompts = _models()
+    pair = ModelPair(target, draft, tok, "tiny-random", "noisy-draft", target.dtype, target.device)
     out: dict = {}
     sampling = SamplingConfig(temperature=0.8, top_p=0.95, top_k=6)
-    for path in sorted((CONF_DIR / "decoder").glob("*.yaml")):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=["model=tiny-random", f"decoder=[{path.stem}]"])
-        dcfg = decoder_configs(cfg)[path.stem]
-        supplied = {"target_model": target, "draft_model": draft if dcfg.get("uses_draft") else None,
-                    "eos_token_ids": eos, "tokenizer": tok}
-        decoder = build_decoder(dcfg, supplied)
+    for name in available("decoder"):
+        decoder = build_decoder(name, pair, eos_token_ids=eos)
         runs = [_result(decoder.generate(ids, MAX_NEW_TOKENS)) for ids in prompts]
         entry = {"greedy": runs}
-        if getattr(decoder, "supports_sampling", False) and not path.stem.startswith("hf_"):
-            sampler = build_decoder(dcfg, {**supplied, "sampling": sampling})
+        if getattr(decoder, "supports_sampling", False) and not name.startswith("hf_"):
+            sampler = build_decoder(name, pair, eos_token_ids=eos, sampling=sampling)
             entry["sampled"] = [_result(sampler.generate(ids, 12, generator=torch.Generator().manual_seed(s)))
                                 for ids in prompts[:6] for s in SEEDS]
-        out[path.stem] = entry
-        print(f"{path.stem}: done", file=sys.stderr)
+        out[name] = entry
+        print(f"{name}: done", file=sys.stderr)
     return out
 
 

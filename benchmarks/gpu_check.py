@@ -61,16 +61,12 @@ def _write(out: Path, name: str, rows: list[dict]) -> None:
 
 
 def _build(name: str, target, draft, eos, tok):
-    from hydra import compose, initialize_config_dir
+    """The decoder of ``conf/decoder/<name>.yaml`` on these models, built as a run builds it."""
+    from harness.api import build_decoder
+    from harness.models import ModelPair
 
-    from harness.app import CONF_DIR, build_decoder, decoder_configs
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["model=tiny-random", f"decoder=[{name}]"])
-    dcfg = decoder_configs(cfg)[name]
-    supplied = {"target_model": target, "draft_model": draft if dcfg.get("uses_draft") else None,
-                "eos_token_ids": eos, "tokenizer": tok}
-    return build_decoder(dcfg, supplied), bool(dcfg.get("uses_draft"))
+    return build_decoder(name, ModelPair(target, draft, tok, "random", "random-draft", target.dtype, target.device),
+                         eos_token_ids=eos)
 
 
 def env(args) -> int:
@@ -92,7 +88,7 @@ def equality(args) -> int:
     from conftest import PROMPTS, TINY, make_noisy_draft
 
     from decoders.common.stopping import collect_eos_token_ids
-    from harness.app import CONF_DIR
+    from harness.app import available
     from harness.models import build_byte_tokenizer, build_tiny_random
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -102,13 +98,13 @@ def equality(args) -> int:
     draft = make_noisy_draft(build_tiny_random(TINY, seed=0, vocab_size=len(tok))).to(device=device, dtype=dtype).eval()
     eos = collect_eos_token_ids(tok, target.generation_config)
     prompts = [torch.tensor([tok(p, add_special_tokens=False).input_ids], device=device) for p in PROMPTS]
-    names = sorted(p.stem for p in (CONF_DIR / "decoder").glob("*.yaml"))
-    vanilla_dec, _ = _build("vanilla", target, draft, eos, tok)
+    names = available("decoder")
+    vanilla_dec = _build("vanilla", target, draft, eos, tok)
     ref = [vanilla_dec.generate(ids, args.max_new_tokens).token_ids for ids in prompts]
     rows, lines, differ = [], [], 0
     for name in names:
         try:
-            dec, _ = _build(name, target, draft, eos, tok)
+            dec = _build(name, target, draft, eos, tok)
             outs = [dec.generate(ids, args.max_new_tokens).token_ids for ids in prompts]
         except Exception as e:  # noqa: BLE001 -- a decoder that fails on the device is a finding, reported
             rows.append({"decoder": name, "dtype": args.dtype, "error": f"{type(e).__name__}: {e}"})
@@ -169,7 +165,7 @@ def timing(args) -> int:
     decoders = {}
     for name in args.decoders.split(","):
         try:
-            decoders[name] = _build(name, target, draft, frozenset(), tok)[0]
+            decoders[name] = _build(name, target, draft, frozenset(), tok)
         except Exception as e:  # noqa: BLE001
             print(f"{name}: could not be built: {type(e).__name__}: {e}")
     rows: list[dict] = []

@@ -63,25 +63,13 @@ def _prompts(tok, n: int, length: int, device: torch.device) -> list[torch.Tenso
     return out
 
 
-def _decoders(names: list[str] | None, target, draft, tok):
-    """``{name: (decoder, class name, models)}`` for every conf/decoder config (or ``names``), built as a run
-    builds them, EOS ignored."""
-    from hydra import compose, initialize_config_dir
+def _decoders(names: list[str], target, draft, tok) -> dict:
+    """``{name: decoder}`` for each conf/decoder config in ``names``, built as a run builds them, EOS ignored."""
+    from harness.api import build_decoder
+    from harness.models import ModelPair
 
-    from harness.app import CONF_DIR, build_decoder, decoder_configs
-
-    available = sorted(p.stem for p in (CONF_DIR / "decoder").glob("*.yaml"))
-    out = {}
-    for name in names or available:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=["model=tiny-random", f"decoder=[{name}]"])
-        dcfg = decoder_configs(cfg)[name]
-        uses_draft = bool(dcfg.get("uses_draft"))
-        supplied = {"target_model": target, "draft_model": draft if uses_draft else None,
-                    "eos_token_ids": frozenset(), "tokenizer": tok}
-        decoder = build_decoder(dcfg, supplied)
-        out[name] = (decoder, dcfg["_target_"].rsplit(".", 1)[-1], [target, draft] if uses_draft else [target])
-    return out
+    pair = ModelPair(target, draft, tok, "tiny-random", "tiny-random-twin", target.dtype, target.device)
+    return {name: build_decoder(name, pair, eos_token_ids=frozenset()) for name in names}
 
 
 def measure(args) -> dict:
@@ -97,23 +85,23 @@ def measure(args) -> dict:
     target = build_tiny_random(TINY, seed=0, vocab_size=len(tok)).to(device=device, dtype=dtype).eval()
     draft = copy.deepcopy(target)  # a twin: every draft token is accepted
     prompts = _prompts(tok, args.prompts, args.prompt_tokens, device)
-    decoders = _decoders(args.decoders.split(",") if args.decoders else None, target, draft, tok)
+    decoders = _decoders(_names(args), target, draft, tok)
     runs: dict[str, list] = {name: [] for name in decoders}
     names = list(decoders)
-    for name, (dec, _, _) in decoders.items():  # warm-up, untimed
+    for dec in decoders.values():  # warm-up, untimed
         dec.generate(prompts[0], args.max_new_tokens)
     with ForwardTimer([target, draft], device) as timer:
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[: r % len(names)]:  # rotated order
-                runs[name] += profile(decoders[name][0], prompts, args.max_new_tokens, timer)
-    doc = {"settings": {"max_new_tokens": args.max_new_tokens, "prompt_tokens": args.prompt_tokens,
-                        "prompts": args.prompts, "dtype": args.dtype, "device": args.device, "threads": args.threads},
+                runs[name] += profile(decoders[name], prompts, args.max_new_tokens, timer)
+    doc = {"settings": _settings(args),
            "machine": {"device_name": device_name(device), "cores": os.cpu_count(), "load_1m": os.getloadavg()[0],
                        "torch": torch.__version__},
            "decoders": {}}
     vanilla = summarize(runs["vanilla"]).host_ms if "vanilla" in runs else None
-    for name, (_, cls, _) in decoders.items():
+    for name, decoder in decoders.items():
         o = summarize(runs[name])
+        cls = type(decoder).__name__
         doc["decoders"][name] = {
             "class": cls, "host_ms": o.host_ms, "forward_ms": o.forward_ms, "phases_ms": o.phases_ms,
             "steps": o.steps, "tokens_per_step": o.tokens_per_step, "runs": o.runs,
@@ -151,10 +139,9 @@ def check(baseline: dict, current: dict, margin: float, abs_margin: float = 0.5)
     host time is ~0.05 ms, and from one process to the next it moved by up to 1.6x (five quiet runs on the 2-core
     runner: ratios of one decoder within 1.8x of each other, absolute host times within 1.45x), while a whole
     process running slower moves every absolute time. A decoder whose host work doubles moves both."""
-    diff = [k for k in SETTINGS if baseline["settings"].get(k) != current["settings"].get(k)]
+    diff = _settings_diff(baseline["settings"], current["settings"])
     if diff:
-        return 2, [f"not comparable: {k} is {baseline['settings'].get(k)!r} in the baseline, "
-                   f"{current['settings'].get(k)!r} now" for k in diff]
+        return 2, [f"not comparable: {d}" for d in diff]
     b, c = baseline["decoders"], current["decoders"]
     if "vanilla" not in b or "vanilla" not in c:
         return 2, ["not comparable: vanilla (the ratios' reference) is missing on one side"]
@@ -184,11 +171,29 @@ def check(baseline: dict, current: dict, margin: float, abs_margin: float = 0.5)
     return (1 if failed else 0), lines
 
 
+def _settings(args) -> dict:
+    """The measurement settings that must match for two runs' ratios to be compared (:data:`SETTINGS`)."""
+    return {k: getattr(args, k) for k in SETTINGS}
+
+
+def _settings_diff(baseline: dict, current: dict) -> list[str]:
+    """One phrase per setting that differs, e.g. ``max_new_tokens is 64 in the baseline, 32 now``."""
+    return [f"{k} is {baseline.get(k)!r} in the baseline, {current.get(k)!r} now" for k in SETTINGS
+            if baseline.get(k) != current.get(k)]
+
+
+def _names(args) -> list[str]:
+    """The decoder configs to measure: ``--decoders``, default every one."""
+    from harness.app import available
+
+    return args.decoders.split(",") if args.decoders else available("decoder")
+
+
 def _refusal(args) -> tuple[str | None, dict | None]:
     """``(one-line problem or None, the baseline document or None)``: every check that needs no measurement."""
-    conf = ROOT / "conf" / "decoder"
-    available = sorted(p.stem for p in conf.glob("*.yaml"))
-    names = args.decoders.split(",") if args.decoders else available
+    from harness.app import available as configs
+
+    available, names = configs("decoder"), _names(args)
     unknown = sorted(set(names) - set(available))
     if unknown:
         return f"unknown decoder config(s) {', '.join(unknown)}; choose from {', '.join(available)}", None
@@ -213,11 +218,9 @@ def _refusal(args) -> tuple[str | None, dict | None]:
     except (ValueError, KeyError, TypeError):
         return f"baseline {args.check} is not a host-overhead baseline (JSON with 'settings'); rewrite it with " \
                "--write-baseline", None
-    here = {"max_new_tokens": args.max_new_tokens, "prompt_tokens": args.prompt_tokens, "prompts": args.prompts,
-            "dtype": args.dtype, "device": args.device, "threads": args.threads}
-    diff = [f"{k}={here[k]} (baseline {wanted.get(k)})" for k in SETTINGS if wanted.get(k) != here[k]]
+    diff = _settings_diff(wanted, _settings(args))
     if diff:
-        return f"--check compares runs with the baseline's settings, these differ: {', '.join(diff)}", None
+        return f"--check compares runs with the baseline's settings, these differ: {'; '.join(diff)}", None
     if "vanilla" not in names:
         return "--check needs vanilla among --decoders (the ratios' reference)", None
     return None, baseline

@@ -16,13 +16,14 @@ builds the pieces.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from decoders.common.sampling import GREEDY, SamplingConfig
 from harness.app import CONF_DIR, available, supplied_arguments
 from harness.app import build_decoder as app_build_decoder
 from harness.models import ModelPair, load_pair
@@ -66,9 +67,11 @@ def load_pair_by_name(model: str, device: str = "auto", need_draft: bool = True,
     return load_pair(OmegaConf.to_container(cfg.model, resolve=True), device=device, need_draft=need_draft)
 
 
-def build_decoder(name: str, pair: ModelPair, **params: Any) -> Any:
+def build_decoder(name: str, pair: ModelPair, *, eos_token_ids: Iterable[int] | None = None,
+                  sampling: SamplingConfig = GREEDY, **params: Any) -> Any:
     """The decoder of ``conf/decoder/<name>.yaml`` on ``pair``, with hyper-parameter ``params`` overriding
-    the config's (e.g. ``gamma=3``).
+    the config's (e.g. ``gamma=3``). ``eos_token_ids`` (default: the tokenizer's and generation config's;
+    ``frozenset()`` ignores EOS) and ``sampling`` (default greedy) are what the runner supplies.
 
     Returns:
         An object with ``generate(input_ids, max_new_tokens) -> decoders.types.DecodeResult``.
@@ -82,7 +85,7 @@ def build_decoder(name: str, pair: ModelPair, **params: Any) -> Any:
     dcfg = OmegaConf.to_container(cfg.decoder[name], resolve=True)
     if dcfg.get("uses_draft") and pair.draft is None:
         raise ValueError(f"decoder {name} needs a draft model; load a pair with one (need_draft=True)")
-    return app_build_decoder(dcfg, supplied_arguments(pair))
+    return app_build_decoder(dcfg, supplied_arguments(pair, eos_token_ids, sampling))
 
 
 def encode(pair: ModelPair, text: str, chat: bool = False) -> torch.Tensor:

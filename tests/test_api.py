@@ -46,6 +46,18 @@ def test_build_decoder_refuses_unknown_names_and_missing_drafts():
     assert build_decoder("prompt_lookup", pair, num_draft_tokens=3).generate is not None
 
 
+def test_build_decoder_takes_the_runner_supplied_eos_ids_and_sampling():
+    from decoders.common.sampling import SamplingConfig
+    from harness.api import build_decoder, load_pair_by_name
+
+    pair = load_pair_by_name("tiny-random", device="cpu")
+    default = build_decoder("speculative", pair)
+    assert default.eos_token_ids and default.sampling.greedy  # the tokenizer's EOS ids, greedy
+    sampling = SamplingConfig(temperature=0.7)
+    dec = build_decoder("speculative", pair, eos_token_ids=frozenset(), sampling=sampling, gamma=3)
+    assert dec.eos_token_ids == frozenset() and dec.sampling is sampling and dec.gamma == 3
+
+
 def test_run_py_list_describes_every_config():
     res = subprocess.run([sys.executable, "run.py", "list"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
