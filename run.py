@@ -19,7 +19,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from harness.app import ConfigError, list_configs, main_job, precheck
+from harness.precheck import ConfigError, list_configs, precheck
 
 log = logging.getLogger("run")
 #: Exit status of a refused configuration (the shell convention for bad usage).
@@ -35,6 +35,8 @@ def refuse(error: ConfigError) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    from harness.app import main_job  # torch and transformers: only once the command line passed precheck
+
     try:
         return main_job(cfg)
     except ConfigError as e:  # a job of a sweep whose values came from the experiment file

@@ -58,7 +58,7 @@ def _result(res) -> dict:
 def fingerprint() -> dict:
     from decoders.common.sampling import SamplingConfig
     from harness.api import build_decoder
-    from harness.app import available
+    from harness.precheck import available
     from harness.models import ModelPair
 
     torch.set_num_threads(1)

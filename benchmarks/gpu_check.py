@@ -88,7 +88,7 @@ def equality(args) -> int:
     from conftest import PROMPTS, TINY, make_noisy_draft
 
     from decoders.common.stopping import collect_eos_token_ids
-    from harness.app import available
+    from harness.precheck import available
     from harness.models import build_byte_tokenizer, build_tiny_random
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)

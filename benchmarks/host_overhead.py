@@ -184,14 +184,14 @@ def _settings_diff(baseline: dict, current: dict) -> list[str]:
 
 def _names(args) -> list[str]:
     """The decoder configs to measure: ``--decoders``, default every one."""
-    from harness.app import available
+    from harness.precheck import available
 
     return args.decoders.split(",") if args.decoders else available("decoder")
 
 
 def _refusal(args) -> tuple[str | None, dict | None]:
     """``(one-line problem or None, the baseline document or None)``: every check that needs no measurement."""
-    from harness.app import available as configs
+    from harness.precheck import available as configs
 
     available, names = configs("decoder"), _names(args)
     unknown = sorted(set(names) - set(available))

@@ -26,13 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
-from decoders.common.forward import forward, new_cache
+from decoders.common.cost import forward_cost_curve
 from decoders.common.stopping import collect_eos_token_ids
 from decoders.ouroboros import OuroborosDecoder
 from decoders.speculative import SpeculativeDecoder
@@ -55,24 +54,6 @@ def ouro_spec(text: str) -> tuple[tuple[int, ...], dict[str, float]]:
         if options[key] is None:
             options[key] = float(value) if "." in value else int(value)
     return tuple(int(v) for v in parts[:5]), options
-
-
-def forward_cost_curve(model, prompt_ids: torch.Tensor, sizes: list[int], repeats: int = 3) -> dict[int, float]:
-    """Median seconds of one forward of ``n`` new tokens (all logits kept) after the prompt, for each ``n``."""
-    cache = new_cache(model)
-    forward(model, prompt_ids, cache, logits_to_keep=1)
-    past = cache.get_seq_length()
-    out = {}
-    for n in sizes:
-        times = []
-        for _ in range(repeats):
-            ids = prompt_ids[:, -1:].repeat(1, n)
-            t0 = time.perf_counter()
-            forward(model, ids, cache, logits_to_keep=torch.arange(n))
-            times.append(time.perf_counter() - t0)
-            cache.crop(past - cache.get_seq_length())
-        out[n] = sorted(times)[len(times) // 2]
-    return out
 
 
 def main() -> None:
@@ -102,7 +83,7 @@ def main() -> None:
     task = HumanEval(limit=args.limit)
     prompts = []
     for sample in task.samples():
-        text = task.render(sample, tok, model_cfg.get("chat_template"))
+        text = task.render(sample, tok, task.uses_chat(tok, model_cfg.get("chat_template")))
         ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids.to(pair.device)
         prompts.append((sample.sample_id, ids))
     log.info("target %s, draft %s, %s on %s, threads %d, %d prompts", pair.target_name, pair.draft_name,
@@ -110,7 +91,7 @@ def main() -> None:
 
     if args.cost_curve:
         for role, model in (("target", target), ("draft", draft)):
-            curve = forward_cost_curve(model, prompts[0][1], args.cost_curve)
+            curve = forward_cost_curve(model, args.cost_curve, context=prompts[0][1])
             base = curve[args.cost_curve[0]]
             log.info("%s forward cost (s) by tokens fed: %s", role,
                      ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))

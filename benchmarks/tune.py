@@ -45,7 +45,7 @@ differs between runs; and runs that differ in
 
 What ``--combine`` admitted is stated in the written header, and every written config carries one
 machine-readable line, ``# tuned-on: {"dtype": ..., "device_name": ..., "cpu_isa": ..., "task": ...,
-"combined": [...]}`` (JSON; a list where the runs combined several values), which :func:`tuned_on` reads back so
+"combined": [...]}`` (JSON; a list where the runs combined several values), which :func:`harness.config.tuned_on` reads back so
 that a later run can check that it uses the config on the dtype and machine it was tuned on.
 
 Writes (unless ``--dry-run``) ``<conf-dir>/<family>_tuned.yaml``: a decoder config with the schema default line
@@ -72,8 +72,8 @@ if str(ROOT) not in sys.path:  # `python benchmarks/tune.py` from the repository
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from harness import metrics  # noqa: E402
-from harness.config import SCHEMAS, TUNED_ON_PREFIX, OptTreeConfig, OuroborosConfig, tuned_on  # noqa: E402
+from harness import columns, grouping, metrics  # noqa: E402
+from harness.config import SCHEMAS, TUNED_ON_PREFIX, OptTreeConfig, OuroborosConfig  # noqa: E402
 from harness.report import load_rows  # noqa: E402
 from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS  # noqa: E402
 
@@ -101,8 +101,8 @@ PAPER_FAITHFUL = {
     "ouroboros": ({f.name: f.default for f in fields(OuroborosConfig)}, OUROBOROS_EXTENSIONS),
     "opt_tree": ({f.name: f.default for f in fields(OptTreeConfig)}, OPT_TREE_EXTENSIONS),
 }
-#: Config keys that are not hyper-parameters (harness.metrics.NON_PARAM_KEYS).
-META_KEYS = metrics.NON_PARAM_KEYS
+#: Config keys that are not hyper-parameters (harness.grouping.NON_PARAM_KEYS).
+META_KEYS = grouping.NON_PARAM_KEYS
 #: HumanEval problems of the dev split: 0-19. The held-out race starts at 20.
 HUMANEVAL_DEV = range(0, 20)
 
@@ -129,7 +129,7 @@ COMBINABLE = ("task", "dtype", "machine")
 
 
 def _value(v: Any) -> str:
-    x = metrics.norm(v)
+    x = columns.norm(v)
     return "unrecorded" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
@@ -191,7 +191,7 @@ def family_of(family: str, target: str, params: dict[str, Any]) -> bool:
         return False
     if family in PAPER_FAITHFUL:
         defaults, extensions = PAPER_FAITHFUL[family]
-        return all(metrics.norm(params.get(k, defaults[k])) == metrics.norm(defaults[k]) for k in extensions)
+        return all(columns.norm(params.get(k, defaults[k])) == columns.norm(defaults[k]) for k in extensions)
     return True
 
 
@@ -241,9 +241,9 @@ def decoder_nodes(rows: pd.DataFrame) -> dict[str, dict[str, Any]]:
             node = config.get(name)
             if not isinstance(node, dict) or "_target_" not in node:
                 raise Refused(f"{meta_path}: no config for decoder {name!r}")
-            params = {k: metrics.norm(v) for k, v in node.items() if k not in META_KEYS}
+            params = {k: columns.norm(v) for k, v in node.items() if k not in META_KEYS}
             for s in dg["decoder_params"].dropna().unique():
-                stored = {k: metrics.norm(v) for k, v in json.loads(s).items()}
+                stored = {k: columns.norm(v) for k, v in json.loads(s).items()}
                 if stored != params:
                     raise Refused(f"{run_dir}: rows of {name} carry decoder_params {stored} but meta.json says "
                                   f"{params}; the folder mixes configurations (use a fresh folder per tuning run)")
@@ -256,7 +256,7 @@ def decoder_nodes(rows: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 def check_input(rows: pd.DataFrame, any_split: bool) -> None:
     """Refuse sampled rows and held-out samples (see the module docstring)."""
-    if "temperature" in rows and (metrics.num(rows["temperature"]).fillna(0) > 0).any():
+    if "temperature" in rows and (columns.num(rows["temperature"]).fillna(0) > 0).any():
         raise Refused("rows with temperature > 0: tuning is greedy (speedups are paired on identical outputs); "
                       "tune from a run with runner.temperature=0")
     if any_split:
@@ -370,7 +370,7 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
                     problems.append(f"{p.name} is incomplete on {t}: {int(r['samples'])} of {n_vanilla} samples, "
                                     f"{failed} failed cells (resume the tuning run: the same command again; failed "
                                     "cells are retried)")
-                if metrics.num(pd.Series([r.get("equal_to_vanilla")])).iloc[0] < 1:
+                if columns.num(pd.Series([r.get("equal_to_vanilla")])).iloc[0] < 1:
                     where = f"on {t} (samples {', '.join(r.get('divergent_samples') or []) or '?'})"
                     if str(r.get("dtype")) == "float32":
                         problems.append(f"{p.name} differs from vanilla in float32 {where}: a lossless decoder must "
@@ -378,9 +378,9 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
                     elif not allow_half_divergence:
                         diverged.append(f"{p.name}: output differs from vanilla in {r.get('dtype')} {where}; equality "
                                         "is required (--allow-half-divergence admits half-precision divergences)")
-            vals = [metrics.num(pd.Series([p.per_task[t].get(metric)])).iloc[0] for t in tasks]
-            widths = [metrics.num(pd.Series([p.per_task[t].get(high)])).iloc[0]
-                      - metrics.num(pd.Series([p.per_task[t].get(low)])).iloc[0] for t in tasks]
+            vals = [columns.num(pd.Series([p.per_task[t].get(metric)])).iloc[0] for t in tasks]
+            widths = [columns.num(pd.Series([p.per_task[t].get(high)])).iloc[0]
+                      - columns.num(pd.Series([p.per_task[t].get(low)])).iloc[0] for t in tasks]
             p.score = float(sum(vals) / len(vals))
             p.width = float(sum(widths) / len(widths)) if all(math.isfinite(w) for w in widths) else math.inf
             if not math.isfinite(p.score):
@@ -407,7 +407,7 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
 
 # --------------------------------------------------------------------------------------------------------- output
 def _fmt(v: Any, spec: str = ".2f") -> str:
-    x = metrics.num(pd.Series([v])).iloc[0]
+    x = columns.num(pd.Series([v])).iloc[0]
     return "" if pd.isna(x) else format(float(x), spec)
 
 
@@ -447,7 +447,7 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
     first = p.per_task[next(iter(p.per_task))]
 
     def one(col: str) -> str:
-        vals = sorted({metrics.fmt_value(v) for v in ok[col].dropna()}) if col in ok else []
+        vals = sorted({columns.fmt_value(v) for v in ok[col].dropna()}) if col in ok else []
         return ", ".join(vals) or "?"
 
     commit = ", ".join(v[:12] for v in one("git_commit").split(", "))
@@ -462,7 +462,7 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
     eq = ", ".join(f"{t} {_fmt(r.get('equal_to_vanilla'), '.0%')}" for t, r in p.per_task.items())
     tau = ", ".join(f"{t} {_fmt(r.get('accept_length'))}" for t, r in p.per_task.items())
     others = sorted((q for q in choice.points if q is not p and math.isfinite(q.score)), key=lambda q: -q.score)
-    params = ", ".join(f"{k}={metrics.fmt_value(v)}" for k, v in p.params.items())
+    params = ", ".join(f"{k}={columns.fmt_value(v)}" for k, v in p.params.items())
     header = [
         f"# @package decoder.{name}",
         f"# {choice.family} tuned on the dev split: grid point {p.name} of benchmarks/tune.py's selection.",

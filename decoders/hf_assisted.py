@@ -177,6 +177,7 @@ class HFAssistedDecoder(_TransformersGenerate):
     """
 
     name = "hf_assisted"
+    draft_shape = "dynamic chain"
 
     def __init__(
         self,
@@ -280,6 +281,7 @@ class HFGreedyDecoder(_TransformersGenerate):
     """
 
     name = "hf_greedy"
+    draft_shape = "none"
 
     def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = (),
                  sampling: SamplingConfig = GREEDY):

@@ -93,6 +93,7 @@ class LookaheadDecoder:
     """
 
     name = "lookahead"
+    draft_shape = "n-grams"
     supports_sampling = True
 
     def __init__(

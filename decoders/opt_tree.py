@@ -89,6 +89,7 @@ class OptTreeDecoder:
     """
 
     name = "opt_tree"
+    draft_shape = "tree"
     supports_sampling = True
 
     def __init__(

@@ -255,6 +255,7 @@ class OuroborosDecoder:
     """
 
     name = "ouroboros"
+    draft_shape = "phrases"
     supports_sampling = True
 
     def __init__(

@@ -54,6 +54,7 @@ class PromptLookupDecoder:
     """
 
     name = "prompt_lookup"
+    draft_shape = "copy"
     supports_sampling = True
 
     def __init__(

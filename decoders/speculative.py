@@ -58,6 +58,7 @@ class SpeculativeDecoder:
     """
 
     name = "speculative"
+    draft_shape = "chain"
     supports_sampling = True
 
     def __init__(

@@ -120,9 +120,11 @@ class Stopwatch(Protocol):
     decoder reports through it becomes row columns (time to first token, decode-only tokens/s, phase times).
     """
 
-    def first_token(self) -> None:
+    def first_token(self, tokens: int = 1) -> None:
         """Mark that the first new token is known. Called once per ``generate``, as soon as it is known
-        (after the target's prefill for this project's decoders). Later calls are ignored."""
+        (after the target's prefill for this project's decoders). ``tokens``: new tokens known at that moment
+        (1, except for a decoder whose first emission holds several: transformers' assisted generation
+        verifies its first draft with its prefill). Later calls are ignored."""
 
     def lap(self, phase: str) -> None:
         """Charge the time since the previous mark (``lap`` or the start) to ``phase`` (e.g. ``"draft"``,
@@ -138,7 +140,7 @@ class Stopwatch(Protocol):
 class _NullStopwatch:
     """A :class:`Stopwatch` that does nothing (``generate`` called without one)."""
 
-    def first_token(self) -> None:
+    def first_token(self, tokens: int = 1) -> None:
         pass
 
     def lap(self, phase: str) -> None:
@@ -156,7 +158,8 @@ class FirstTokenStreamer:
     """Adapter from transformers' streamer protocol to :meth:`Stopwatch.first_token`.
 
     ``GenerationMixin.generate(streamer=...)`` calls ``put(prompt_ids)`` first, then ``put(new_ids)`` each time
-    tokens are accepted, then ``end()``; the second ``put`` is the first new token.
+    tokens are accepted, then ``end()``; the second ``put`` holds the first new tokens (several at once in
+    assisted generation: passed on as ``first_token(tokens=...)``).
     """
 
     def __init__(self, stopwatch: Stopwatch):
@@ -166,7 +169,7 @@ class FirstTokenStreamer:
     def put(self, value: Any) -> None:
         self.calls += 1
         if self.calls == 2:
-            self.stopwatch.first_token()
+            self.stopwatch.first_token(tokens=max(1, int(getattr(value, "numel", lambda: 1)())))
 
     def end(self) -> None:
         pass
@@ -179,16 +182,22 @@ class Decoder(Protocol):
     ``generate(input_ids, max_new_tokens, stopwatch=None)`` takes ``input_ids`` as a ``torch.LongTensor`` of
     shape ``(1, prompt_len >= 1)`` on the target model's device and returns a :class:`DecodeResult` whose
     ``token_ids`` equal vanilla greedy decoding's (exactly in float32). It calls ``stopwatch.first_token()``
-    once, when the first new token is known (a draft model's own prefill, where a decoder runs it later, then
-    falls in decode time and counts against the decoder there). Decoders that keep state across prompts (an
-    n-gram pool) expose ``reset()`` and declare their ``pool_scope``.
+    once, when the first new token is known (a draft model's prefill that a decoder runs after it is timed by
+    the runner and moved to the prefill side: :class:`harness.timing.Stopwatch`). Decoders that keep state
+    across prompts (an n-gram pool) expose ``reset()`` and declare their ``pool_scope``.
 
     Sampling: a decoder that can sample declares ``supports_sampling = True``, takes ``sampling`` (a
     ``decoders.common.sampling.SamplingConfig``) at construction and ``generator=`` (a ``torch.Generator``,
     its only source of randomness) in ``generate``; at temperature > 0 its output is distributed exactly as
     vanilla sampling's. Other decoders are refused for sampled runs.
+
+    ``draft_shape`` says what a step verifies, for the report's theory column (Leviathan et al.'s eq. 1 models
+    only ``"chain"``: a fixed number of draft tokens in a line): ``"none"``, ``"chain"``, ``"dynamic chain"``
+    (a draft length that changes per step), ``"tree"``, ``"phrases"`` (Ouroboros), ``"n-grams"`` (Lookahead's
+    guesses) or ``"copy"`` (tokens copied from the context).
     """
 
     name: str
+    draft_shape: str
 
     def generate(self, input_ids: Any, max_new_tokens: int, stopwatch: Stopwatch | None = None) -> DecodeResult: ...

@@ -31,6 +31,7 @@ class VanillaDecoder:
     """
 
     name = "vanilla"
+    draft_shape = "none"
     supports_sampling = True
 
     def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = (),

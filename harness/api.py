@@ -24,8 +24,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from decoders.common.sampling import GREEDY, SamplingConfig
-from harness.app import CONF_DIR, available, supplied_arguments
+from harness.app import CONF_DIR, supplied_arguments
 from harness.app import build_decoder as app_build_decoder
+from harness.precheck import available
 from harness.models import ModelPair, load_pair
 from tasks.base import encode_prompt
 

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import shutil
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,12 +182,12 @@ class ModelConfig:
 
 
 # --------------------------------------------------------------------------------------------------
-# runner (conf/runner/default.yaml) -- mirrors harness.runner.RunSettings
+# runner (conf/runner/default.yaml) -- mirrors harness.settings.RunSettings
 # --------------------------------------------------------------------------------------------------
 
 @dataclass
 class RunnerConfig:
-    """``conf/runner/default.yaml``; the fields of :class:`harness.runner.RunSettings` (a test keeps them equal)."""
+    """``conf/runner/default.yaml``; the fields of :class:`harness.settings.RunSettings` (a test keeps them equal)."""
 
     max_new_tokens: Optional[int] = field(default=None, metadata=at_least(1))   # null = the task's default
     warmup: int = field(default=1, metadata=at_least(0))
@@ -639,7 +642,11 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
     else:
         task = _typed(tschema, task_node, "task", problems)
         if task is not None:
-            problems += _check_bounds(tschema, OmegaConf.to_container(task), "task")
+            tvals = OmegaConf.to_container(task)
+            problems += _check_bounds(tschema, tvals, "task")
+            problems += _check_path("task.data_path", tvals.get("data_path"))
+            if tvals.get("data_path") in (None, ""):  # data_dir is read only without a data_path
+                problems += _check_path("task.data_dir", tvals.get("data_dir"))
             out["task"] = task
 
     # runner
@@ -689,10 +696,42 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
     return OmegaConf.create(out)
 
 
+def _check_path(key: str, value: Any) -> list[str]:
+    """A data path that is given but does not exist (before any model loads; the task's own loader says what a
+    folder lacks)."""
+    if value in (None, "") or not isinstance(value, str):
+        return []
+    p = Path(os.path.expanduser(os.path.expandvars(value))).resolve()
+    if p.exists():
+        return []
+    return [f"{key}={value}: no such file or folder ({p}); point it at the task's data file or its folder (e.g. "
+            f"../shared/data/<task>), or leave it unset to use data_dir / SPECDEC_DATA_DIR"]
+
+
+def _no_cuda_without_torch() -> str | None:
+    """Why CUDA cannot work here, when that is known without importing torch: a CPU build of torch (its
+    version says ``+cpu``), or a Linux machine without an NVIDIA driver. ``None``: ask torch."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "torch is not installed"
+    if version.endswith("+cpu"):
+        return f"torch {version} is a CPU build"
+    if sys.platform.startswith("linux") and not Path("/proc/driver/nvidia/version").exists() \
+            and not Path("/dev/nvidiactl").exists() and shutil.which("nvidia-smi") is None:
+        return "this machine has no NVIDIA driver (no /proc/driver/nvidia, /dev/nvidiactl or nvidia-smi)"
+    return None
+
+
 def _check_device(device: Any) -> list[str]:
     if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|mps|(cuda|xpu|npu|hpu)(:\d+)?", device):
         return [f"device={_show(device)}: must be auto, cpu, cuda, cuda:<index> (or another torch device name)"]
     if device.startswith("cuda"):  # refused here, before any task data or weights load
+        fast = _no_cuda_without_torch()
+        if fast:  # known without importing torch (seconds)
+            return [f"device={device}: {fast}; use device=cpu, or device=auto (CUDA when present, else CPU)"]
         import torch
 
         index = int(device.split(":")[1]) if ":" in device else 0

@@ -5,7 +5,7 @@ so that a failed, skipped, unpaired or duplicated cell never changes a published
 Pure pandas; no torch. The rules (stated once; ``harness.metrics``' docstring points here):
 
 * **Figure rows.** A decoder's ``ok`` row is *paired* when an ``ok`` vanilla row of the same run, task, sample,
-  turn and repeat exists (:data:`harness.metrics.PAIR_KEYS`). In a group that holds vanilla rows (of any
+  turn and repeat exists (:data:`harness.columns.PAIR_KEYS`). In a group that holds vanilla rows (of any
   status), every figure of a configuration -- tokens/s, both speedup estimators, decode speedup, TTFT,
   prefill share, tau, alpha, equality, quality, the theory columns and the figures' frames -- is computed over
   its paired rows only. An ``ok`` row without an ``ok`` vanilla pair (vanilla failed, was skipped, or has no
@@ -38,7 +38,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from harness.resume import cell_key, norm
+from harness.columns import norm
+from harness.resume import cell_key
 
 log = logging.getLogger(__name__)
 

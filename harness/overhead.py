@@ -106,7 +106,7 @@ class PhaseProfiler:
         sync(self.timer.device)
         return time.perf_counter(), self.timer.total_s
 
-    def first_token(self) -> None:
+    def first_token(self, tokens: int = 1) -> None:
         if not self._started:
             self._started = True
             self._last_t, self._last_fwd = self._now()

@@ -39,7 +39,7 @@ ratios (the old gate's figure) swings by 2x under load: an unchanged speculative
 The gate therefore never trusts one timing, and uses statistics that survive the outliers load produces:
 
 * **Paired, interleaved ratios.** A *pair* is a decoder's row and vanilla's row of the same run, sample, turn
-  and repeat (:data:`harness.metrics.PAIR_KEYS`); the runner times them back to back in a rotating order
+  and repeat (:data:`harness.columns.PAIR_KEYS`); the runner times them back to back in a rotating order
   (``runner.order=rotate``), so slow phases of the machine hit both sides alike and cancel in the ratio
   (interleaved A/B timing). The speedup figure is built from ``ln(tokens/s decoder / tokens/s vanilla)`` of
   pairs only; an unpaired row never enters it.
@@ -66,7 +66,7 @@ The gate therefore never trusts one timing, and uses statistics that survive the
   would exceed ``--max-margin`` the gate could not tell a slowdown that large from noise: the check is
   UNGATED (exit 3), never passed.
 * **Machine load, from the rows.** Each row records the 1-minute load average before and after its timed call
-  (:data:`harness.metrics.LOAD_COLUMNS`) and the usable cores (:data:`harness.metrics.CORE_COLUMNS`). A row's
+  (:data:`harness.columns.LOAD_COLUMNS`) and the usable cores (:data:`harness.columns.CORE_COLUMNS`). A row's
   load is the larger of the two. When any of a cell's current rows ran above
   ``--max-load-per-core x usable cores``, its speed checks are UNGATED (exit 3: "machine busy", naming the
   load): re-measure on a quieter machine. Below that ceiling speedups are gated as above (interleaving cancels
@@ -117,7 +117,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from harness import metrics
+from harness import columns, flags, metrics
 from harness.report import find_result_files, load_rows
 
 BASELINE_VERSION = 3
@@ -139,7 +139,7 @@ def _cell_name(task: str, model_pair: str, label: str) -> str:
 
 #: Per-cell settings that must agree between baseline and run for the numbers to be comparable (checked where
 #: both sides record them; baselines written before the sampling settings existed were greedy).
-SETTINGS = ("max_new_tokens", "task_version", "temperature", "top_p", "top_k", "sampling_seeds")
+SETTINGS = ("max_new_tokens", "task_version", *columns.SAMPLING, "sampling_seeds")
 
 
 def _finite(v: Any) -> float | None:
@@ -153,12 +153,12 @@ def _finite(v: Any) -> float | None:
 # ------------------------------------------------------------------------------------------------ load
 def row_load(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per row: ``(load, usable cores)``, load = the larger of the 1-minute load averages recorded before and
-    after the timed call (:func:`harness.metrics.load_columns`), cores from :func:`harness.metrics.usable_cores`;
+    after the timed call (:func:`harness.flags.load_columns`), cores from :func:`harness.flags.usable_cores`;
     NaN where the rows record neither."""
-    cols = metrics.load_columns(rows)
-    load = (pd.concat([metrics.num(rows[c]) for c in cols], axis=1).max(axis=1) if cols
+    cols = flags.load_columns(rows)
+    load = (pd.concat([columns.num(rows[c]) for c in cols], axis=1).max(axis=1) if cols
             else pd.Series(math.nan, index=rows.index, dtype=float))
-    return load, metrics.usable_cores(rows)
+    return load, flags.usable_cores(rows)
 
 
 def cpu_share(rows: pd.DataFrame) -> pd.Series:
@@ -170,9 +170,9 @@ def cpu_share(rows: pd.DataFrame) -> pd.Series:
 
 def load_summary(rows: pd.DataFrame) -> dict[str, Any]:
     """``{"peak", "cores", "rows_over"}`` of rows: peak load, usable cores, and how many rows ran above
-    ``cores + metrics.LOAD_MARGIN`` (other work shared the machine); peak/cores None when not recorded."""
+    ``cores + flags.LOAD_MARGIN`` (other work shared the machine); peak/cores None when not recorded."""
     load, cores = row_load(rows)
-    over = int((load > cores + metrics.LOAD_MARGIN).sum())
+    over = int((load > cores + flags.LOAD_MARGIN).sum())
     return {"peak": _finite(load.max()) if load.notna().any() else None,
             "cores": _finite(cores.max()) if cores.notna().any() else None,
             "rows_over": over}
@@ -217,15 +217,15 @@ def shift(base_values: dict[str, list[float]], cur_values: dict[str, list[float]
 def speed_figures(mine: pd.DataFrame, vanilla: pd.DataFrame, decoder: str) -> dict[str, dict[str, Any]]:
     """``{"tokens_per_s": ..., "speedup": ...}`` (:func:`robust_figure`) of one cell's ok rows ``mine``;
     ``vanilla``: the ok vanilla rows of its group. tokens/s per row is divided by :func:`cpu_share` (the share
-    of the CPU the load left); the speedup uses paired rows only (:data:`harness.metrics.PAIR_KEYS`), the raw
+    of the CPU the load left); the speedup uses paired rows only (:data:`harness.columns.PAIR_KEYS`), the raw
     ratio of the two back-to-back timings."""
-    tps = metrics.num(mine["tokens_per_s"]) if "tokens_per_s" in mine else pd.Series(math.nan, index=mine.index)
+    tps = columns.num(mine["tokens_per_s"]) if "tokens_per_s" in mine else pd.Series(math.nan, index=mine.index)
     tps = tps.where(tps > 0)
     out = {"tokens_per_s": robust_figure(np.log(tps / cpu_share(mine)), _sample_key(mine))}
     if decoder != "vanilla" and not vanilla.empty and "tokens_per_s" in vanilla:
-        keys = [k for k in metrics.PAIR_KEYS if k in mine and k in vanilla]
+        keys = [k for k in columns.PAIR_KEYS if k in mine and k in vanilla]
         v = vanilla[keys + ["tokens_per_s"]].copy()
-        v["_v"] = metrics.num(v.pop("tokens_per_s"))
+        v["_v"] = columns.num(v.pop("tokens_per_s"))
         v = v.drop_duplicates(subset=keys, keep="last")
         m = mine[keys].copy()
         m["_d"] = tps
@@ -277,10 +277,10 @@ def summarize_cells(paths: Sequence[str | Path], n_boot: int = 200, seed: int = 
             "model_pair": r["model_pair"],
             "decoder": r["decoder"],
             "label": r["label"],
-            "dtype": metrics.fmt_value(r.get("dtype")),
-            "device_name": metrics.fmt_value(r.get("device_name")),
-            **{k: metrics.fmt_value(r.get(k)) for k in SETTINGS if k in r},
-            **({"sampling_seeds": sorted(metrics.fmt_value(v) for v in mine["sampling_seed"].dropna().unique())}
+            "dtype": columns.fmt_value(r.get("dtype")),
+            "device_name": columns.fmt_value(r.get("device_name")),
+            **{k: columns.fmt_value(r.get(k)) for k in SETTINGS if k in r},
+            **({"sampling_seeds": sorted(columns.fmt_value(v) for v in mine["sampling_seed"].dropna().unique())}
                if "sampling_seed" in mine and mine["sampling_seed"].notna().any() else {}),
             "equality_check": r.get("equality_check") if isinstance(r.get("equality_check"), str) else None,
             "samples": int(r["samples"]),
@@ -439,15 +439,15 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tol: Tolerances) 
 
 def _setting(cell: dict, key: str) -> Any:
     """A cell's setting, with the greedy default for sampling settings a cell (or an older baseline) lacks."""
-    if key not in cell and key in metrics.SAMPLING_DEFAULTS:
-        return metrics.fmt_value(metrics.SAMPLING_DEFAULTS[key])
+    if key not in cell and key in columns.SAMPLING_DEFAULTS:
+        return columns.fmt_value(columns.SAMPLING_DEFAULTS[key])
     return cell.get(key)
 
 
 def _equality(name: str, b: dict, c: dict, fp32: bool, tol: Tolerances) -> list[Check]:
     if b["decoder"] == "vanilla":
         return []
-    if metrics.EQUALITY_SAMPLED in (b.get("equality_check"), c.get("equality_check")):
+    if columns.EQUALITY_SAMPLED in (b.get("equality_check"), c.get("equality_check")):
         # sampled rows make no token-for-token claim (matches_vanilla is null); their counters are still gated
         return [Check(name, "equal_to_vanilla", "n/a", "n/a", "not gated: sampled run (lossless in distribution, "
                       "checked by the distribution tests)", "note")]
@@ -594,14 +594,14 @@ def write_baseline(paths: Sequence[str | Path], out: str | Path, n_boot: int = 2
     repeats, are replicates for the noise).
 
     Raises:
-        ValueError: rows were measured on a loaded machine (above ``cores + metrics.LOAD_MARGIN``), unless
+        ValueError: rows were measured on a loaded machine (above ``cores + flags.LOAD_MARGIN``), unless
             ``allow_busy``.
     """
     data = summarize_cells(paths, n_boot=n_boot, seed=seed)
     load = data["meta"]["load"]
     if load["rows_over"] and not allow_busy:
         raise ValueError(f"{load['rows_over']} rows were measured on a loaded machine (load up to "
-                         f"{load['peak']:.1f} on {load['cores']:g} usable cores > cores + {metrics.LOAD_MARGIN:g}); "
+                         f"{load['peak']:.1f} on {load['cores']:g} usable cores > cores + {flags.LOAD_MARGIN:g}); "
                          f"a baseline must be quiet: re-measure (or --allow-busy)")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -669,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{side + ':':9s} {path} (commit {m.get('git_commit')}, {m.get('device_name')}, torch threads "
               f"{m.get('torch_num_threads', '-')}; rows' peak 1-minute load {_f(load.get('peak'), '.2f')} on "
               f"{_f(load.get('cores'), 'g')} cores, {load.get('rows_over', '-')} rows above cores + "
-              f"{metrics.LOAD_MARGIN:g})")
+              f"{flags.LOAD_MARGIN:g})")
     print()
     print(format_checks(checks))
     status, line = verdict(checks)

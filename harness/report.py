@@ -6,12 +6,12 @@
 
 Reads ``results.jsonl`` files only (a run folder, a sweep folder -- searched recursively -- or a file) and,
 with ``--spec-bench``, Spec-Bench answer files; never imports torch or the decoders. Every number comes from
-:mod:`harness.metrics` (the one aggregation module); this module loads, formats and writes, and calls
-:mod:`plots` to draw.
+:mod:`harness.metrics` and its neighbours; this module loads rows, builds the tables, writes them
+(:mod:`harness.tables` formats) and calls :mod:`plots` to draw.
 
 Runs that differ are never pooled: rows of different settings (code version, model pair, dtype, machine,
 task version, budget, sampling settings, and the runner's ``group_identity``: every other setting but the
-decoder list and the seed; :data:`harness.metrics.RUN_IDENTITY_FIELDS`) are reported as separate groups, named
+decoder list and the seed; :data:`harness.columns.RUN_IDENTITY_FIELDS`) are reported as separate groups, named
 by what differs. Shards of one run, the jobs of a decoder sweep and runs that differ only in ``runner.seed``
 are one group. ``--pool`` pools groups anyway (only task and model pair separate groups) and says so loudly.
 
@@ -22,15 +22,16 @@ of a decoder -- tokens/s included -- is computed over its rows paired with an ok
 sample, turn and repeat; decoders of one group that cover different samples, and folders that hold copies of
 one run's cells (counted once), are named in the warnings.
 
-Writes to ``--out`` (default ``<first RUN>/report``):
+Writes to ``--out`` (default ``<first RUN>/report``, refused where git tracks that folder: committed
+reference reports are rewritten only by ``python benchmarks/references.py``):
 
-* ``main.{md,tex,csv}``: decoders as rows, metrics as columns -- the samples, tokens/s, speedup vs vanilla
-  with its 95 % bootstrap interval, accept length tau, acceptance rate alpha, equality with vanilla (``n/a``
-  for sampled runs), then, when rows record the runner's stopwatch, decode-only speedup with its interval,
-  mean time to first token and the prefill share, the task's quality columns (pass@1, accuracy, ROUGE; over
-  several seeds: mean with a t-interval over seeds), and the failed/skipped cells and unpaired rows when
-  there are any. One block of rows per run group. LaTeX through pandas' Styler (booktabs rules, numbers
-  right-aligned).
+* ``main.{md,tex,csv}``: decoders as rows with their settings, metrics as columns -- the samples, tokens/s,
+  speedup vs vanilla with its 95 % bootstrap interval ("n too small" below 5 samples), accept length tau,
+  acceptance rate alpha, equality with vanilla (``n/a`` for sampled runs), then, when rows record the runner's
+  stopwatch, decode-only speedup with its interval, mean TTFT and TPOT and the prefill share, the task's
+  quality columns with their interval (Wilson over samples; over several seeds a t-interval), and the
+  failed/skipped cells and unpaired rows when there are any. One block of rows per run group; LaTeX one
+  table per group, narrow enough for a page (:func:`harness.tables.latex_by_group`).
 * ``category.{md,tex,csv}`` (rows with ``subtask`` / ``category``: Spec-Bench, MT-Bench): speedup per
   category, decoders as rows.
 * ``theory.{md,tex,csv}``: Leviathan et al. 2023 eq. 1 predictions beside the measurement (see
@@ -38,9 +39,10 @@ Writes to ``--out`` (default ``<first RUN>/report``):
 * ``detail.csv``: every aggregate; ``report.md``: all tables, definitions and warnings.
 * ``figures/`` with ``--plots``.
 
-``--compare A B`` writes ``compare.{md,csv}``: per decoder both figures (tokens/s, speedup, tau), their ratio
-B / A and a bootstrap interval for the ratio, on the samples both runs cover (paired by sample); how many,
-and a warning when the runs cover different samples or lost cells.
+``--compare A B`` (:func:`harness.compare.write_compare`) writes ``compare.{md,csv}`` and a figure: first every
+setting in which the runs differ, then per decoder both figures (tokens/s, speedup, tau), their ratio B / A
+and a bootstrap interval for the ratio, on the samples both runs cover (paired by sample), equality and
+quality on each side; how many samples, and a warning when the runs cover different samples or lost cells.
 """
 
 from __future__ import annotations
@@ -53,12 +55,12 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 
-from harness import coverage, metrics
+from harness import columns, compare, coverage, figdata, flags, grouping, metrics
 from harness.resume import latest_rows
 from harness.results import read_results
+from harness.tables import fmt_cell, interval_cell, latex, latex_by_group, markdown
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ def find_result_files(paths: Iterable[str | Path]) -> list[Path]:
 
 def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
     """All rows of the result files under ``paths``, one row per cell (:func:`harness.resume.latest_rows`),
-    prepared for aggregation (:func:`harness.metrics.prepare`: ``model_pair``, ``label``, ``group``).
+    prepared for aggregation (:func:`harness.grouping.prepare`: ``model_pair``, ``label``, ``group``).
 
     ``run_id`` becomes a key of (run folder, run identity), so a decoder pairs with the vanilla of its own
     folder and configuration whichever process of a resumed run wrote the rows, and never with another
@@ -105,7 +107,7 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
 
 
 def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
-    ident = metrics.identity_fields(rows)
+    ident = grouping.identity_fields(rows)
     rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run
     # one row per cell of one run identity (a retried error row or a resumed process repeats a cell)
     rows = latest_rows(rows, extra_keys=("run_dir", *ident)) if "run_dir" in rows else rows
@@ -115,7 +117,7 @@ def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
     for c in ("label", "group"):
         if c in rows:
             rows = rows.drop(columns=c)
-    rows = metrics.prepare(rows, pool)
+    rows = grouping.prepare(rows, pool)
     rows.attrs["warnings"] = warnings
     return rows
 
@@ -136,39 +138,13 @@ def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequen
         frames.append(import_answers(spec_bench, baseline=spec_bench_baseline))
     if not frames:
         return pd.DataFrame()
-    rows = metrics.prepare(pd.concat(frames, ignore_index=True), pool)
+    rows = grouping.prepare(pd.concat(frames, ignore_index=True), pool)
     rows.attrs["warnings"] = warnings
     return rows
 
 
 # --------------------------------------------------------------------------------------------------
 # Tables
-def _fmt(v: Any, fmt: str = ".2f") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, (bool, np.bool_)):
-        return str(v).lower()
-    if isinstance(v, (float, np.floating)):
-        return format(float(v), fmt)
-    return str(v)
-
-
-def _interval_cell(r: pd.Series, col: str, fmt: str = ".2f") -> str:
-    if pd.isna(r.get(col)):
-        return "-"
-    if pd.isna(r.get(f"{col}_low")):
-        return format(r[col], fmt)
-    return f"{r[col]:{fmt}} [{r[f'{col}_low']:{fmt}}, {r[f'{col}_high']:{fmt}}]"
-
-
-#: Main table: (aggregate column, header). Headers in LaTeX are in :data:`TEX_HEADERS`. The prefill group
-#: (:data:`PREFILL_METRICS`) follows when rows record the stopwatch's columns.
-MAIN_METRICS = [("tokens_per_s", "tok/s"), ("speedup", "speedup [95% CI]"), ("accept_length", "τ"),
-                ("acceptance_rate", "α"), ("equal_to_vanilla", "eq.")]
-PREFILL_METRICS = [("decode_speedup", "decode speedup [95% CI]"), ("ttft_s", "TTFT ms"),
-                   ("prefill_share", "prefill")]
-TEX_HEADERS = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "E[τ] theory": r"E[$\tau$] theory",
-               "τ measured": r"$\tau$ measured"}
 
 
 def _index(agg: pd.DataFrame) -> pd.Index:
@@ -184,20 +160,20 @@ def has_prefill(agg: pd.DataFrame) -> bool:
 
 
 def _equality_cell(r: pd.Series) -> str:
-    if str(r.get("equality_check")) == metrics.EQUALITY_SAMPLED:
+    if str(r.get("equality_check")) == columns.EQUALITY_SAMPLED:
         return "n/a"
-    return _fmt(r.get("equal_to_vanilla"))
+    return fmt_cell(r.get("equal_to_vanilla"))
 
 
 def _seeds(agg: pd.DataFrame) -> int:
-    return int(metrics.num(agg["seeds"]).max()) if "seeds" in agg and metrics.num(agg["seeds"]).notna().any() else 0
+    return int(columns.num(agg["seeds"]).max()) if "seeds" in agg and columns.num(agg["seeds"]).notna().any() else 0
 
 
 def _samples_cell(r: pd.Series) -> str:
     """The samples a row's figures are over: ``5``, or ``3/5`` when the group has more."""
-    n, total = metrics.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
+    n, total = columns.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
     if pd.isna(n):
-        return _fmt(r.get("samples"), "g")
+        return fmt_cell(r.get("samples"), "g")
     return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
 
 
@@ -206,12 +182,12 @@ def coverage_columns(agg: pd.DataFrame) -> dict[str, list[str]]:
     (:func:`_samples_cell`), ``failed`` (cells without a measurement, by status) and ``unpaired`` (ok rows
     without a vanilla pair) when any row has some."""
     out = {"samples": [_samples_cell(r) for _, r in agg.iterrows()]}
-    if "failed" in agg and metrics.num(agg["failed"]).fillna(0).any():
+    if "failed" in agg and columns.num(agg["failed"]).fillna(0).any():
         why = agg["failed_statuses"] if "failed_statuses" in agg else agg["failed"]
-        out["failed"] = [str(s) if isinstance(s, str) and s else _fmt(n, "g") if n else "-"
-                         for s, n in zip(why, metrics.num(agg["failed"]).fillna(0))]
-    if "unpaired" in agg and metrics.num(agg["unpaired"]).fillna(0).any():
-        out["unpaired"] = [_fmt(int(v), "g") if v else "-" for v in metrics.num(agg["unpaired"]).fillna(0)]
+        out["failed"] = [str(s) if isinstance(s, str) and s else fmt_cell(n, "g") if n else "-"
+                         for s, n in zip(why, columns.num(agg["failed"]).fillna(0))]
+    if "unpaired" in agg and columns.num(agg["unpaired"]).fillna(0).any():
+        out["unpaired"] = [fmt_cell(int(v), "g") if v else "-" for v in columns.num(agg["unpaired"]).fillna(0)]
     return out
 
 
@@ -231,30 +207,36 @@ def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataF
     quality = [q for q in quality if q in agg]
     prefill = has_prefill(agg)
     seeds = _seeds(agg)
-    cols = ["group", "task", "model_pair", "label", "decoder", *coverage.COVERAGE_COLUMNS, "rows", "repeats",
+    params = [p for p in grouping.decoder_param_columns(agg) if p in agg]
+    cols = ["group", "task", "model_pair", "dtype", "device_name", "git_commit", "max_new_tokens", "label",
+            "decoder", "settings", *params, *coverage.COVERAGE_COLUMNS, "rows", "repeats",
             "seeds", "temperature", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low",
             "speedup_high", "speedup_total", "decode_speedup", "decode_speedup_low", "decode_speedup_high",
-            "ttft_s", "prefill_share", "accept_length", "accept_length_low", "accept_length_high",
+            "ttft_s", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
+            "prefill_share", "peak_memory_mb", "accept_length", "accept_length_low", "accept_length_high",
             "acceptance_rate", "equality_check", "equal_to_vanilla",
             *[c for q in quality for c in (q, f"{q}_low", f"{q}_high", f"{q}_seed_std")]]
     numeric = agg[[c for c in dict.fromkeys(cols) if c in agg]].copy()
     text = pd.DataFrame(index=_index(agg))
     cover = coverage_columns(agg)
+    if "settings" in agg and agg["settings"].fillna("").astype(str).str.len().any():
+        text["settings"] = [s if isinstance(s, str) and s else "-" for s in agg["settings"]]
     text["samples"] = cover.pop("samples")
-    text["tok/s"] = [_fmt(v) for v in agg["tokens_per_s"]]
-    text["speedup [95% CI]"] = [_interval_cell(r, "speedup") for _, r in agg.iterrows()]
-    text["τ"] = [_fmt(v) for v in agg["accept_length"]]
-    text["α"] = [_fmt(v) for v in agg["acceptance_rate"]]
+    text["tok/s"] = [fmt_cell(v) for v in agg["tokens_per_s"]]
+    text["speedup [95% CI]"] = [interval_cell(r, "speedup") for _, r in agg.iterrows()]
+    text["τ"] = [fmt_cell(v) for v in agg["accept_length"]]
+    text["α"] = [fmt_cell(v) for v in agg["acceptance_rate"]]
     text["eq."] = [_equality_cell(r) for _, r in agg.iterrows()]
     if prefill:
-        text["decode speedup [95% CI]"] = [_interval_cell(r, "decode_speedup") for _, r in agg.iterrows()]
-        text["TTFT ms"] = [_fmt(v * 1000.0 if v is not None and not pd.isna(v) else v, ".1f")
-                           for v in agg.get("ttft_s", pd.Series([math.nan] * len(agg)))]
-        text["prefill"] = [_fmt(v, ".0%") for v in agg.get("prefill_share", pd.Series([math.nan] * len(agg)))]
+        text["decode speedup [95% CI]"] = [interval_cell(r, "decode_speedup") for _, r in agg.iterrows()]
+        for col, head in (("ttft_s", "TTFT ms"), ("tpot_s", "TPOT ms")):
+            if col in agg and agg[col].notna().any():
+                text[head] = [fmt_cell(v * 1000.0 if v is not None and not pd.isna(v) else v, ".1f") for v in agg[col]]
+        text["prefill"] = [fmt_cell(v, ".0%") for v in agg.get("prefill_share", pd.Series([math.nan] * len(agg)))]
     if seeds > 1:
-        text["seeds"] = [_fmt(int(v)) if not pd.isna(v) else "-" for v in metrics.num(agg["seeds"])]
-    for q in quality:
-        text[q] = [_interval_cell(r, q, ".3f") for _, r in agg.iterrows()]
+        text["seeds"] = [fmt_cell(int(v)) if not pd.isna(v) else "-" for v in columns.num(agg["seeds"])]
+    for q in quality:  # two decimals: a score over tens of problems has no third
+        text[q] = [interval_cell(r, q, ".2f") for _, r in agg.iterrows()]
     for name, cells in cover.items():
         text[name] = cells
     text.columns.name = "decoder"
@@ -274,7 +256,7 @@ def theory_table(agg: pd.DataFrame) -> pd.DataFrame:
     text = pd.DataFrame(index=_index(sub) if len(sub) else pd.Index([]))
     text["samples"] = [_samples_cell(r) for _, r in sub.iterrows()]
     for col, name, fmt in THEORY_COLUMNS:
-        text[name] = [_fmt(v, fmt or ".2f") for v in sub[col]] if col in sub else []
+        text[name] = [fmt_cell(v, fmt or ".2f") for v in sub[col]] if col in sub else []
     text.columns.name = "decoder"
     return text
 
@@ -287,7 +269,7 @@ def category_table(rows: pd.DataFrame, **kwargs: Any) -> tuple[pd.DataFrame, pd.
         ``(numeric, text)``: the long per-(group, category, configuration) aggregate for CSV and the
         formatted wide table.
     """
-    col = metrics.category_column(rows)
+    col = figdata.category_column(rows)
     if col is None:
         return None
     per = metrics.aggregate(rows[rows[col].notna()], by=(col,), **kwargs)
@@ -301,7 +283,7 @@ def category_table(rows: pd.DataFrame, **kwargs: Any) -> tuple[pd.DataFrame, pd.
             m = per[(per["group"] == grp) & (per["label"] == lab) & (per[col] == c)]
             text.iloc[i, cats.index(c)] = _category_cell(m.iloc[0]) if len(m) else "-"
         m = overall[(overall["group"] == grp) & (overall["label"] == lab)]
-        text.iloc[i, len(cats)] = _fmt(m["speedup"].iloc[0]) if len(m) else "-"
+        text.iloc[i, len(cats)] = fmt_cell(m["speedup"].iloc[0]) if len(m) else "-"
     for name, cells in coverage_columns(overall).items():  # overall's rows are the table's, in its order
         text[name] = cells
     text.columns.name = "decoder"
@@ -312,49 +294,17 @@ def category_table(rows: pd.DataFrame, **kwargs: Any) -> tuple[pd.DataFrame, pd.
 
 def _category_cell(r: pd.Series) -> str:
     """A category's speedup, with ``(k/n)`` when it is over fewer samples than the category has."""
-    n, total = metrics.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
+    n, total = columns.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
     short = not pd.isna(n) and not pd.isna(total) and n < total
-    return _fmt(r.get("speedup")) + (f" ({int(n)}/{int(total)})" if short else "")
+    return fmt_cell(r.get("speedup")) + (f" ({int(n)}/{int(total)})" if short else "")
 
 
-def markdown(text: pd.DataFrame) -> str:
-    """Markdown of a formatted table: index columns left-aligned, values right-aligned."""
-    idx = text.index
-    n_idx = idx.nlevels
-    head = (["run", text.columns.name or ""] if n_idx == 2 else [text.columns.name or ""]) + list(map(str,
-                                                                                                   text.columns))
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * n_idx + ["---:"] * len(text.columns)) + "|"]
-    for key, row in zip(idx, text.itertuples(index=False)):
-        keys = list(key) if n_idx > 1 else [key]
-        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in [*keys, *row]) + " |")
-    return "\n".join(lines)
-
-
-_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
-
-
-def tex_escape(s: Any) -> str:
-    """LaTeX-escape plain text (captions)."""
-    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
-
-
-def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
-    """A booktabs table of a formatted table, written by pandas' ``Styler.to_latex`` (``hrules=True``):
-    index columns left-aligned, value columns right-aligned, cells and headers LaTeX-escaped."""
-    n_idx = text.index.nlevels
-    styler = (text.style.format(escape="latex")
-              .format_index(escape="latex", axis=0)
-              .format_index(lambda c: TEX_HEADERS.get(c, c), escape="latex", axis=1))
-    kwargs: dict[str, Any] = {"hrules": True, "column_format": "l" * n_idx + "r" * text.shape[1],
-                              "position": "t", "position_float": "centering"}
-    if n_idx > 1:
-        kwargs.update(sparse_index=True, multirow_align="naive")
-    if caption:
-        kwargs["caption"] = tex_escape(caption)
-    if label:
-        kwargs["label"] = label
-    return styler.to_latex(**kwargs)
+def settings_caption(agg: pd.DataFrame) -> str:
+    """`` Settings: speculative_tuned: gamma=8; ...`` for the configurations that have settings."""
+    if "settings" not in agg:
+        return ""
+    pairs = dict.fromkeys((str(lab), str(s)) for lab, s in zip(agg["label"], agg["settings"]) if isinstance(s, str) and s)
+    return (" Settings: " + "; ".join(f"{lab}: {s}" for lab, s in pairs) + ".") if pairs else ""
 
 
 MAIN_CAPTION = ("tok/s: mean new tokens per second of the whole generate call (prefill included). speedup: mean "
@@ -405,21 +355,21 @@ def subtitle(agg: pd.DataFrame) -> str:
     def join(col: str) -> str:
         if col not in agg:
             return "-"
-        return ", ".join(dict.fromkeys(metrics.fmt_value(v) for v in agg[col]))
+        return ", ".join(dict.fromkeys(columns.fmt_value(v) for v in agg[col]))
 
     tasks = ", ".join(_task_size(t, g) for t, g in agg.groupby("task", sort=False)) if "task" in agg else ""
     parts = [join("model_pair"), join("dtype"), join("device_name"), tasks]
-    temps = metrics.num(agg["temperature"]).dropna() if "temperature" in agg else pd.Series(dtype=float)
+    temps = columns.num(agg["temperature"]).dropna() if "temperature" in agg else pd.Series(dtype=float)
     if (temps > 0).any():  # sampled runs say so (greedy is the default and goes unsaid)
-        parts.append("temperature " + ", ".join(dict.fromkeys(metrics.fmt_value(t) for t in temps)))
+        parts.append("temperature " + ", ".join(dict.fromkeys(columns.fmt_value(t) for t in temps)))
     return " · ".join(parts)
 
 
 def _task_size(task: str, agg: pd.DataFrame) -> str:
     """``humaneval (5 samples)``; ``(3 of 5 samples)`` when every row's figures are over fewer samples than the
     task has, ``(3-5 of 5 samples per decoder)`` when the rows differ."""
-    n = metrics.num(agg["paired_samples"] if "paired_samples" in agg else agg["samples"]).dropna()
-    total = metrics.num(agg["group_samples"] if "group_samples" in agg else agg["samples"]).max()
+    n = columns.num(agg["paired_samples"] if "paired_samples" in agg else agg["samples"]).dropna()
+    total = columns.num(agg["group_samples"] if "group_samples" in agg else agg["samples"]).max()
     lo, hi = (int(n.min()), int(n.max())) if len(n) else (0, 0)
     total = int(total) if not pd.isna(total) else hi
     if lo == hi == total:
@@ -431,8 +381,8 @@ def _task_size(task: str, agg: pd.DataFrame) -> str:
 # Figures
 def figure_frames(rows: pd.DataFrame, agg: pd.DataFrame, **kwargs: Any) -> dict[str, Any]:
     """Everything :func:`plots.draw_all` draws, aggregated by :mod:`harness.metrics`."""
-    return {"agg": agg, "positions": metrics.acceptance_per_position(rows), "breakdown": metrics.time_breakdown(rows),
-            "warm_cold": metrics.warm_cold(rows, **kwargs), "swept": metrics.swept_params(metrics._ok(rows))}
+    return {"agg": agg, "positions": figdata.acceptance_per_position(rows), "breakdown": figdata.time_breakdown(rows),
+            "warm_cold": figdata.warm_cold(rows, **kwargs), "swept": grouping.swept_by_class(grouping.ok_rows(rows))}
 
 
 def write_figures(rows: pd.DataFrame, agg: pd.DataFrame, out_dir: str | Path, only: Sequence[str] | None = None,
@@ -465,7 +415,7 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n_boot=n_boot, seed=seed, pool=pool)
     agg = metrics.aggregate(rows, cost_ratio=cost_ratio, **kw)
-    quality = metrics.quality_columns(rows)
+    quality = grouping.quality_columns(rows)
     written: dict[str, Path] = {}
 
     def put(name: str, text: str) -> None:
@@ -480,7 +430,7 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     caption = main_caption(agg)
     csv("main.csv", numeric)
     put("main.md", markdown(text) + "\n")
-    put("main.tex", latex(text, caption, "tab:main"))
+    put("main.tex", latex_by_group(text, caption + settings_caption(agg), "tab:main"))
     sections = ["## Main results\n\n" + caption + "\n\n" + markdown(text)]
     cat = category_table(rows, **kw)
     if cat is not None:
@@ -502,7 +452,7 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     csv("detail.csv", detail)
     groups = "\n".join(f"- {g}" for g in dict.fromkeys(agg["group"]))
     loaded = list(rows.attrs.get("warnings", []))  # logged as the rows were read
-    warns = list(dict.fromkeys([*loaded, *metrics.run_warnings(agg)]))
+    warns = list(dict.fromkeys([*loaded, *flags.run_warnings(agg)]))
     for w in warns[len(loaded):]:
         log.warning("%s", w)
     head = [f"# Report\n\nSources: {', '.join(_shown(f) for f in (find_result_files(paths) if paths else []))}"
@@ -518,6 +468,21 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     return written
 
 
+def tracked(folder: str | Path) -> bool:
+    """Whether git tracks files under ``folder`` (a committed reference's report, which only
+    ``benchmarks/references.py`` rewrites); False outside a git checkout."""
+    import subprocess
+
+    folder = Path(folder)
+    if not folder.exists():
+        return False
+    try:
+        out = subprocess.run(["git", "ls-files", "--", "."], cwd=folder, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
 def _shown(path: Path) -> str:
     """``path`` relative to the working directory when it lies below it (reports are committed)."""
     try:
@@ -527,85 +492,14 @@ def _shown(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Comparison
-COMPARE_METRICS = [("tokens_per_s", "tok/s"), ("speedup", "speedup"), ("accept_length", "τ")]
-
-
-def compare_table(cmp: pd.DataFrame) -> pd.DataFrame:
-    """Formatted comparison: per decoder, A, B, B/A [95% CI] for tokens/s, speedup and tau, the samples
-    compared (:func:`_compare_samples`) and, when any row has one, a note (different samples, failed cells,
-    unpaired rows, a decoder in one run only)."""
-    index = pd.MultiIndex.from_arrays([(cmp["task"] + ": " + cmp["model_pair"]).tolist(), cmp["label"].tolist()]) \
-        if (cmp["task"] + cmp["model_pair"]).nunique() > 1 else pd.Index(cmp["label"].tolist())
-    text = pd.DataFrame(index=index)
-    for col, name in COMPARE_METRICS:
-        text[f"{name} A"] = [_fmt(v) for v in cmp.get(f"{col}_a", [math.nan] * len(cmp))]
-        text[f"{name} B"] = [_fmt(v) for v in cmp.get(f"{col}_b", [math.nan] * len(cmp))]
-        text[f"{name} B/A [95% CI]"] = [
-            _interval_cell(pd.Series({"x": r.get(f"{col}_ratio"), "x_low": r.get(f"{col}_ratio_low"),
-                                      "x_high": r.get(f"{col}_ratio_high")}), "x", ".3f")
-            if f"{col}_ratio" in r else "-" for _, r in cmp.iterrows()]
-    text["samples"] = [_compare_samples(r) for _, r in cmp.iterrows()]
-    if "note" in cmp and cmp["note"].fillna("").astype(str).str.len().any():
-        text["note"] = [str(n) if isinstance(n, str) and n else "-" for n in cmp["note"]]
-    text.columns.name = "decoder"
-    return text
-
-
-def _compare_samples(r: pd.Series) -> str:
-    """``8`` (both runs cover the same 8 samples) or ``3 (A 5, B 3)``: the samples compared, and each side's."""
-    n, a, b = (int(x) if not pd.isna(x) else 0 for x in
-               metrics.num(pd.Series([r.get("common_samples"), r.get("samples_a"), r.get("samples_b")])))
-    return f"{n}" if n == a == b else f"{n} (A {a}, B {b})"
-
-
-def compare_warnings(cmp: pd.DataFrame, loaded: Sequence[str] = ()) -> list[str]:
-    """The comparison's warnings: ``loaded`` (copies folded as the rows were read), duplicate cells, and one line
-    per configuration whose two runs cover different samples or lost cells."""
-    out = [*loaded, *cmp.attrs.get("warnings", [])]
-    for _, r in cmp.iterrows():
-        note = r.get("note")
-        if isinstance(note, str) and note and not note.startswith("only in"):
-            out.append(f"{r['label']} ({r['task']}: {r['model_pair']}): {note}")
-    return list(dict.fromkeys(out))
-
-
-def write_compare(path_a: str | Path, path_b: str | Path, out_dir: str | Path | None = None, n_boot: int = 2000,
-                  seed: int = 0) -> tuple[pd.DataFrame, str]:
-    """Compare run A with run B (see :func:`harness.metrics.compare_runs`); writes ``compare.{md,csv}`` into
-    ``out_dir`` when given. Returns the numeric frame and the markdown."""
-    a, b = load_rows([path_a]), load_rows([path_b])
-    if a.empty or b.empty:
-        raise ValueError(f"no result rows under {path_a if a.empty else path_b}")
-    cmp = metrics.compare_runs(a, b, n_boot=n_boot, seed=seed)
-
-    def ident(rows: pd.DataFrame) -> str:
-        return "; ".join(dict.fromkeys(rows["group"]))
-
-    head = (f"A: {path_a} ({ident(a)})\nB: {path_b} ({ident(b)})\n\nratio = B / A, on the samples both runs cover "
-            f"(samples: how many; A and B: each run's own when they differ); 95% bootstrap CI over those samples, "
-            f"paired by sample.\n\n")
-    warns = compare_warnings(cmp, [*a.attrs.get("warnings", []), *b.attrs.get("warnings", [])])
-    for w in warns:
-        log.warning("%s", w)
-    md = head + ("Warnings:\n" + "\n".join(f"- {w}" for w in warns) + "\n\n" if warns else "") + \
-        markdown(compare_table(cmp)) + "\n"
-    if out_dir:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        cmp.to_csv(out / "compare.csv", index=False)
-        (out / "compare.md").write_text(md)
-    return cmp, md
-
-
-# --------------------------------------------------------------------------------------------------
 # CLI
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("run_dirs", nargs="*", help="run folders, multirun sweep folders or results.jsonl files")
-    parser.add_argument("--out", default=None, help="output folder (default: <first RUN>/report)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: <first RUN>/report; refused where that folder is committed)")
     parser.add_argument("--plots", action="store_true", help="also draw the figures into <out>/figures")
     parser.add_argument("--only", nargs="+", default=None, metavar="FIG", help="with --plots: only these figures")
     parser.add_argument("--pool", action="store_true",
@@ -629,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare:
             if args.run_dirs:
                 parser.error("--compare takes its two runs itself; drop the positional RUN arguments")
-            _, md = write_compare(*args.compare, args.out, args.bootstrap, args.seed)
+            _, md = compare.write_compare(*args.compare, args.out, args.bootstrap, args.seed)
             print(md)
             if args.out:
                 print(f"written to {args.out}: compare.md, compare.csv")
@@ -641,6 +535,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             files = export_answers(load_all(args.run_dirs, args.pool), args.export_spec_bench)
             print(f"Spec-Bench answer files: {', '.join(map(str, files))}")
+        if args.out is None and args.run_dirs:
+            target = Path(args.run_dirs[0]) / "report"
+            if tracked(target):
+                raise ValueError(f"{target} holds committed files (a reference run): pass --out DIR for a report "
+                                 "elsewhere, or regenerate every committed reference with `python "
+                                 "benchmarks/references.py`")
         written = write_report(args.run_dirs, args.out, args.cost_ratio, args.bootstrap, args.seed, pool=args.pool,
                                plots=args.plots, only=args.only, spec_bench=args.spec_bench,
                                spec_bench_baseline=args.spec_bench_baseline)

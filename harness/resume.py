@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from harness.columns import SAMPLING, SAMPLING_DEFAULTS, norm
 from harness.results import read_results
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,7 @@ log = logging.getLogger(__name__)
 #: Row columns that identify a configuration: rows that differ in any of them are never the same cell.
 #: (The ``run_identity`` column covers all of them and much more; see the module docstring.)
 CONFIG_FIELDS = ("model", "target_model", "draft_model", "dtype", "device_name", "task", "task_version",
-                 "max_new_tokens", "temperature", "top_p", "top_k", "sampling_seed")
-#: Values of configuration columns that rows written before the column existed mean (greedy decoding).
-CONFIG_DEFAULTS = {"temperature": 0, "top_p": 1, "top_k": 0}
+                 "max_new_tokens", *SAMPLING, "sampling_seed")
 #: Row columns that identify one cell (``turn`` only where a task has turns).
 CELL_FIELDS = ("run_identity",) + CONFIG_FIELDS + ("sample_id", "turn", "repeat", "decoder", "decoder_params")
 #: Statuses that count as done: ``ok`` and the deterministic skips. ``error`` rows are retried.
@@ -69,31 +67,9 @@ class ResumeMismatchError(ValueError):
     the two ways on (a new folder, or ``runner.resume=false``)."""
 
 
-def norm(value: Any) -> Any:
-    """Canonical form of a row value for keys: NaN/None -> None, integral floats -> int (pandas turns int
-    columns with gaps into floats), everything else unchanged (lists -> tuples)."""
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if value.is_integer():
-            return int(value)
-    if isinstance(value, list):
-        return tuple(value)
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
-        return norm(value.item())
-    return value
-
-
 def _field(row: Mapping[str, Any], f: str) -> Any:
     value = norm(row.get(f))
-    return CONFIG_DEFAULTS.get(f) if value is None else value
-
-
-def config_key(row: Mapping[str, Any]) -> tuple:
-    """Key of the configuration a row belongs to (see :data:`CONFIG_FIELDS`, :data:`CONFIG_DEFAULTS`)."""
-    return tuple(_field(row, f) for f in CONFIG_FIELDS)
+    return norm(SAMPLING_DEFAULTS.get(f)) if value is None else value
 
 
 def cell_key(row: Mapping[str, Any]) -> tuple:
@@ -391,8 +367,3 @@ def latest_rows(rows: pd.DataFrame, extra_keys: Iterable[str] = ()) -> pd.DataFr
         if prev is None or is_ok or not ok[prev]:
             chosen[k] = i
     return rows.iloc[sorted(chosen.values())].reset_index(drop=True)
-
-
-def params_key(decoder: str, params: Mapping[str, Any]) -> tuple[str, str]:
-    """``(decoder, decoder_params)`` as a row stores them (``decoder_params`` is sorted JSON)."""
-    return decoder, json.dumps(dict(params), sort_keys=True)

@@ -14,7 +14,7 @@ Measurement design (DESIGN.md 2b.5):
   sample (vanilla greedy is deterministic, so any repeat is the reference).
 * **Machine load.** Each row records the 1-minute load average before and after its timed call, the CPU
   count and the affinity count; the summary warns when the load exceeded the usable cores (by more than
-  :data:`harness.metrics.LOAD_MARGIN`; the warning comes from :mod:`harness.metrics`, like every number of the
+  :data:`harness.flags.LOAD_MARGIN`; the warning comes from :mod:`harness.metrics`, like every number of the
   summary).
 * **Shards.** ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included, so
   every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
@@ -43,7 +43,6 @@ import signal
 import threading
 import traceback
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator, Mapping, Sequence
 
@@ -51,179 +50,16 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from harness.metrics import SUMMARY_LEGEND, summarize, to_markdown
+from harness.summary import write_summary
 from harness.results import ResultWriter, cpu_affinity, emulated_half_note, read_results
 from harness import resume as resume_lib
-from harness.timing import Stopwatch
-from decoders.common.sampling import SamplingConfig, make_generator, sample_seed
-from decoders.types import DecodeResult
-from tasks.base import encode_prompt, task_uses_chat
+from harness.rows import Cell, cell_row, load_1m, timed_generate
+from harness.settings import ROTATION_RULE, RunSettings, decoder_order, parse_shard
+from decoders.common.sampling import make_generator, sample_seed
+from tasks.base import encode_prompt
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
-
-#: Config keys of a decoder that are not hyper-parameters.
-NON_PARAM_KEYS = {"_target_", "_partial_", "uses_draft"}
-#: ``runner.order`` choices.
-ORDERS = ("rotate", "fixed")
-#: How ``runner.order=rotate`` orders the decoders (recorded in ``meta.json``).
-ROTATION_RULE = ("for sample_index i and repeat r, position p runs decoders[(i + r + p) % len(decoders)] "
-                 "(decoders as listed, vanilla first)")
-
-
-def first_divergence(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
-    """Index of the first differing token of two whole sequences (a length difference counts), or None."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
-                   **generate_kwargs: Any) -> tuple[DecodeResult, float, dict[str, Any]]:
-    """Run ``decoder.generate`` with the runner's stopwatch (device synchronized at each mark); return the result,
-    wall seconds and the stopwatch's columns (``ttft_s``, ``decode_tokens_per_s``, phase times).
-    ``generate_kwargs`` (e.g. ``generator`` for sampled runs) are passed through."""
-    watch = Stopwatch(input_ids.device)
-    watch.start()
-    result = decoder.generate(input_ids, max_new_tokens, stopwatch=watch, **generate_kwargs)
-    wall = watch.stop()
-    return result, wall, watch.columns(result.new_tokens)
-
-
-def parse_shard(spec: Any) -> tuple[int, int] | None:
-    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``; ``None`` -> ``None``.
-
-    Raises:
-        ValueError: any other value; the message shows the expected form.
-    """
-    if spec is None:
-        return None
-    try:
-        i, n = (int(x) for x in str(spec).split("/"))
-    except ValueError:
-        i, n = -1, 0
-    if not 0 <= i < n:
-        raise ValueError(f"runner.shard must be 'i/n' with 0 <= i < n (shard i of n, counted from 0), e.g. "
-                         f"runner.shard=0/4, got {spec!r}")
-    return i, n
-
-
-def decoder_order(names: list[str], sample_index: int, repeat: int, order: str) -> list[str]:
-    """The order the decoders run in on one (sample, repeat) (see :data:`ROTATION_RULE`).
-
-    Example: ``decoder_order(["vanilla", "a", "b"], 1, 0, "rotate")`` is ``["a", "b", "vanilla"]``.
-    """
-    if order == "fixed":
-        return list(names)
-    k = (sample_index + repeat) % len(names)
-    return list(names[k:]) + list(names[:k])
-
-
-def load_1m() -> float | None:
-    """The 1-minute load average (``None`` where the OS has none)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
-
-
-@dataclass
-class RunSettings:
-    """Runner settings (``conf/runner/default.yaml``).
-
-    Attributes:
-        max_new_tokens: generation budget; ``None`` = the task's default. Must be >= 1.
-        warmup: untimed warm-up calls per decoder, on the first prompt it can run (non-empty, fitting).
-        warmup_tokens: ``max_new_tokens`` of each warm-up call.
-        seed: torch seed set before the run; when sampling, also the run seed every cell's generator seed is
-            derived from (:func:`decoders.common.sampling.sample_seed` of seed, sample id, turn, repeat: every
-            decoder of one cell gets the same seed).
-        temperature, top_p, top_k: the sampling settings of every decoder
-            (:class:`decoders.common.sampling.SamplingConfig`); temperature 0 = greedy (the default).
-        score: score quality (vanilla's output, plus any decoder whose output differs).
-        resume: skip the cells already done in the folder's ``results.jsonl`` (same run identity only; a
-            folder of another identity is refused) and adopt its ``run_id``; false = start the folder over
-            (its files move to ``superseded/<time>/``). See :mod:`harness.resume`.
-        sample_ids: run only these samples (their ``sample_id``, e.g. ``["HumanEval/1", "HumanEval/8"]``),
-            in the task's order, out of those ``task.limit`` selects; ``None`` = all of them. Meant for
-            re-running divergent samples in the float32 referee mode. Warm pools (``pool_scope=task``) then
-            see only these samples, so warm-start speed is not comparable with a full run.
-        repeats: timed calls per (sample, decoder) cell, >= 1 (``repeat`` column 0..repeats-1).
-        order: ``rotate`` (decoder order rotated per sample and repeat) or ``fixed`` (as listed, vanilla
-            first).
-        shard: ``"i/n"``: run only the samples with ``sample_index % n == i`` (``None`` = all).
-    """
-
-    max_new_tokens: int | None = None
-    warmup: int = 1
-    warmup_tokens: int = 16
-    seed: int = 0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    score: bool = True
-    resume: bool = True
-    sample_ids: list[str] | None = None
-    repeats: int = 1
-    order: str = "rotate"
-    shard: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1):
-            raise ValueError(f"runner.max_new_tokens must be an integer >= 1 (or null for the task default), "
-                             f"got {self.max_new_tokens!r}")
-        if self.warmup < 0:
-            raise ValueError(f"runner.warmup must be >= 0, got {self.warmup}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"runner.seed must be an integer >= 0, got {self.seed!r}")
-        try:
-            self.sampling = SamplingConfig(self.temperature, self.top_p, self.top_k)
-        except ValueError as e:
-            raise ValueError(f"runner sampling settings: {e}") from None
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise ValueError(f"runner.repeats must be an integer >= 1, got {self.repeats!r}")
-        if self.order not in ORDERS:
-            raise ValueError(f"runner.order must be one of {', '.join(ORDERS)}, got {self.order!r}")
-        parse_shard(self.shard)
-        if self.shard is not None:
-            self.shard = "{}/{}".format(*parse_shard(self.shard))
-        if self.sample_ids is not None:
-            if isinstance(self.sample_ids, str) or not isinstance(self.sample_ids, (list, tuple)) \
-                    or not self.sample_ids:
-                raise ValueError("runner.sample_ids must be a non-empty list of sample ids, e.g. "
-                                 f"'runner.sample_ids=[HumanEval/1,HumanEval/8]' (or null), got {self.sample_ids!r}")
-            self.sample_ids = [str(i) for i in self.sample_ids]  # Hydra parses `[81]` as int
-
-    def select(self, samples: list[Sample]) -> list[Sample]:
-        """The samples to run: all, or those named in ``sample_ids`` (in the task's order).
-
-        Raises:
-            ValueError: an id in ``sample_ids`` is not among ``samples``; the message lists a few valid ids
-                and says to raise ``task.limit`` when the id lies beyond it.
-        """
-        if self.sample_ids is None:
-            return samples
-        known = {s.sample_id for s in samples}
-        missing = [i for i in self.sample_ids if i not in known]
-        if missing:
-            shown = ", ".join(s.sample_id for s in samples[:5]) + (", ..." if len(samples) > 5 else "")
-            raise ValueError(f"runner.sample_ids {missing} are not among the task's {len(samples)} selected samples "
-                             f"({shown}); check the spelling, or raise task.limit (null = all) if they lie beyond it")
-        wanted = set(self.sample_ids)
-        return [s for s in samples if s.sample_id in wanted]
-
-
-@dataclass
-class _Cell:
-    """A measured cell waiting for its row to be written."""
-
-    row: dict[str, Any]
-    result: DecodeResult
-    wall: float
-    completion: str
-    measured: dict[str, Any]  # machine load around the call and the stopwatch's columns
 
 
 class Runner:
@@ -234,14 +70,15 @@ class Runner:
     writes ``meta.json``.
 
     Args:
-        task: a :class:`tasks.types.Task`.
+        task: a :class:`tasks.base.Task`.
         pair: the loaded :class:`harness.models.ModelPair`.
         decoders: name -> decoder; ``vanilla`` must be among them.
         decoder_params: name -> hyper-parameters to record with each row.
         settings: :class:`RunSettings`.
         run_dir: output folder.
         identity: columns identifying the run (model names, dtype, device, ...), added to every row.
-        chat: the model config's ``chat_template`` flag (passed to ``task.render``).
+        chat: the model config's ``chat_template`` flag (with the task's prompt style and the tokenizer it
+            decides whether prompts go through the chat template: :meth:`tasks.base.Task.uses_chat`).
         config: the resolved config (plain containers), part of the run identity and of ``meta.json``.
         environment: :func:`harness.results.environment`, part of the run identity and of ``meta.json``.
         meta: more entries for ``meta.json`` (e.g. ``eos_token_ids``).
@@ -278,7 +115,7 @@ class Runner:
         self.settings = settings
         self.run_dir = Path(run_dir)
         self.identity = dict(identity)
-        self.chat = chat
+        self.chat = task.uses_chat(pair.tokenizer, chat)  # decided once, passed to every task call
         self.draft_users = set(draft_users)
         self.setup_notes = list(notes)   # what the caller found before the run (e.g. settings tuned elsewhere)
         self.writer = ResultWriter(self.run_dir)
@@ -325,7 +162,7 @@ class Runner:
             rendered = self._render(s, 0, [])
             h.update(json.dumps([s.sample_id, s.prompt, s.messages, s.reference, s.metadata, rendered],
                                 sort_keys=True, default=str).encode())
-        origin = getattr(self.task, "origin", None) or getattr(self.task, "data_path", None)
+        origin = self.task.origin
         return {"fingerprint": h.hexdigest()[:16], "origin": str(origin) if origin is not None else None,
                 "samples": len(self.samples)}
 
@@ -341,6 +178,7 @@ class Runner:
             "order": {"scheme": self.settings.order, "decoders": names,
                       "rule": ROTATION_RULE if self.settings.order == "rotate" else "decoders as listed, every sample"},
             "repeats": self.settings.repeats,
+            "quality_columns": list(self.task.quality_columns),
             "config": dict(config or {}),
             "notes": list(self.setup_notes),
             "environment": dict(environment or {}),
@@ -361,12 +199,12 @@ class Runner:
 
     # ------------------------------------------------------------------------------------ helpers
     def _turns(self, sample: Sample) -> int:
-        """Number of chat turns of a sample (multi-turn tasks define ``turns``; others have one)."""
-        return int(self.task.turns(sample)) if hasattr(self.task, "turns") else 1
+        """Number of chat turns of a sample (:meth:`tasks.base.Task.turns`)."""
+        return int(self.task.turns(sample))
 
     def _render(self, sample: Sample, turn: int, previous_answers: list[str]) -> str:
         """Prompt text of one turn; turn k > 0 carries the decoder's own earlier answers."""
-        if hasattr(self.task, "render_turn") and self._turns(sample) > 1:
+        if self._turns(sample) > 1:
             return self.task.render_turn(sample, self.pair.tokenizer, self.chat, turn, previous_answers)
         return self.task.render(sample, self.pair.tokenizer, self.chat)
 
@@ -374,7 +212,7 @@ class Runner:
         """(1, prompt_len) int64 ids of a rendered prompt: the tokenizer's special-token convention for
         completion prompts, none added to chat-template text (:func:`tasks.base.encode_prompt`)."""
         tokenizer = self.pair.tokenizer
-        ids = encode_prompt(tokenizer, text, chat=task_uses_chat(self.task, tokenizer, self.chat))
+        ids = encode_prompt(tokenizer, text, chat=self.chat)
         return torch.tensor([ids], dtype=torch.long, device=self.pair.device)
 
     # --- sampling support (runner.temperature / top_p / top_k / seed) ------------------------------
@@ -432,7 +270,8 @@ class Runner:
             "shard": self.shard_spec,
             **self.identity,
             "task": self.task.name,
-            "task_version": getattr(self.task, "version", None),
+            "task_version": self.task.version,
+            "quality_columns": list(self.task.quality_columns),
             "sample_id": sample.sample_id,
             "sample_index": index,
             "turn": turn,
@@ -440,6 +279,8 @@ class Runner:
             "order_position": position,
             **{k: sample.metadata[k] for k in ("category", "subtask") if k in sample.metadata},
             "decoder": name,
+            "decoder_class": type(self.decoders[name]).__name__,
+            "draft_shape": self.decoders[name].draft_shape,
             **params,
             "decoder_params": json.dumps(params, sort_keys=True),
             "max_new_tokens": self.max_new_tokens,
@@ -455,7 +296,7 @@ class Runner:
             return {}
         if completion not in cache:
             try:
-                cache[completion] = self.task.score(sample, completion)
+                cache[completion] = self.task.score(sample, completion, self.chat)
             except Exception as e:  # scoring must never lose the speed row
                 log.warning("scoring %s failed: %s", sample.sample_id, e)
                 cache[completion] = {"score_error": str(e)}
@@ -560,7 +401,7 @@ class Runner:
         lost = {} if lost is None else lost
         encoded: dict[str, torch.Tensor] = {}
         vanilla_prompt = self._render(sample, turn, answers["vanilla"])
-        pending: list[_Cell] = []
+        pending: list[Cell] = []
         vanilla_attempt = (self.resume_state.vanilla_attempts.get((sample.sample_id, turn, repeat))
                            if self.resume_state is not None else None)
         for position, name in enumerate(order):
@@ -599,7 +440,9 @@ class Runner:
                 self._warm_up(name, decoder, input_ids)
                 before = load_1m()
                 generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, repeat)
-                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens, **generate_kwargs)
+                draft = self.pair.draft if name in self.draft_users else None
+                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens, draft,
+                                                      **generate_kwargs)
                 after = load_1m()
             except Exception as e:
                 self.errors += 1
@@ -611,7 +454,7 @@ class Runner:
             completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
                                                      clean_up_tokenization_spaces=False)
             answers[name].append(completion)
-            cell = _Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after, **timing})
+            cell = Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after, **timing})
             if name == "vanilla":
                 refs.setdefault(turn, (tuple(result.token_ids), self.attempt_id))
                 vanilla_attempt = self.attempt_id
@@ -639,38 +482,16 @@ class Runner:
                     f"reference for turn {turn} to pair this decoder with, so it is not run")
         return None
 
-    def _write_cell(self, sample: Sample, cell: _Cell, ref: tuple[tuple[int, ...], str | None] | None,
+    def _write_cell(self, sample: Sample, cell: Cell, ref: tuple[tuple[int, ...], str | None] | None,
                     vanilla_attempt: str | None, scores: dict[str, dict[str, Any]]) -> None:
-        row, result = cell.row, cell.result
-        name = row["decoder"]
-        ids = tuple(result.token_ids)
-        if ref is None or not self.settings.sampling.greedy:
-            # no vanilla output to compare with, or a sampled run (compared in distribution by the tests,
-            # never token by token)
-            matches, divergence = None, None
-        else:
-            matches, divergence = ids == ref[0], first_divergence(ids, ref[0])
-            if not matches:
-                log.warning("%s differs from vanilla on %s (turn %d, repeat %d) at token %s", name, sample.sample_id,
-                            row["turn"], row["repeat"], divergence)
-        self._write({
-            **row,
-            **result.summary(),
-            "wall_time_s": cell.wall,
-            "tokens_per_s": result.new_tokens / cell.wall if cell.wall > 0 else None,
-            "matches_vanilla": matches,
-            # a greedy row without vanilla's answer to compare with makes no equality claim
-            "equality_check": (("exact" if ref is not None else None) if self.settings.sampling.greedy
-                               else "n/a (sampled)"),
-            "first_divergence": divergence,
-            "paired_across_processes": (name != "vanilla" and vanilla_attempt is not None
-                                        and vanilla_attempt != self.attempt_id),
-            **cell.measured,
-            **self._score(sample, cell.completion, scores),
-            "status": "ok",
-            "completion": cell.completion,
-            "token_ids": list(ids),
-        })
+        row = cell_row(cell, ref[0] if ref is not None else None, self.settings.sampling.greedy,
+                       cross_process=(cell.row["decoder"] != "vanilla" and vanilla_attempt is not None
+                                      and vanilla_attempt != self.attempt_id),
+                       scores=self._score(sample, cell.completion, scores))
+        if row["matches_vanilla"] is False:
+            log.warning("%s differs from vanilla on %s (turn %d, repeat %d) at token %s", row["decoder"],
+                        sample.sample_id, row["turn"], row["repeat"], row["first_divergence"])
+        self._write(row)
 
     # ------------------------------------------------------------------------------------ summary
     def rows(self) -> pd.DataFrame:
@@ -694,18 +515,11 @@ class Runner:
                 "rerun the same command to resume"]
 
     def write_summary(self) -> pd.DataFrame:
-        """Write ``summary.csv`` (:func:`harness.metrics.summarize` of this run's rows) and ``summary.md`` (its
-        markdown with the run's header, the notes and warnings, and the legend); log the notes and warnings.
-        Returns the summary."""
+        """Write ``summary.csv`` and ``summary.md`` of this run's rows (:func:`harness.summary.write_summary`)
+        with the run's header, the notes and the coverage of a shard; returns the summary."""
         rows = self.rows()
         self.measured = int((rows["status"] == "ok").sum()) if not rows.empty else 0
         self.status_counts = dict(rows["status"].value_counts()) if not rows.empty else {}
-        quality = [c for c in getattr(self.task, "quality_columns", ("pass@1",)) if c in rows.columns]
-        summary = summarize(rows, quality)
-        summary.to_csv(self.run_dir / "summary.csv", index=False)
-        notes = self.notes()
-        for line in [*notes, *summary.attrs.get("warnings", [])]:
-            log.warning("%s", line)
         sampling = self.settings.sampling
         sampled = ("" if sampling.greedy else f" temperature={sampling.temperature:g} top_p={sampling.top_p:g} "
                    f"top_k={sampling.top_k} seed={self.settings.seed}")
@@ -713,11 +527,8 @@ class Runner:
         header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
                   f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
                   f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
-                  f"{shard}{sampled} run_identity={self.run_identity}\n\n")
-        coverage = self.coverage()
-        (self.run_dir / "summary.md").write_text(header + (coverage + "\n\n" if coverage else "")
-                                                 + to_markdown(summary, notes=notes) + "\n\n" + SUMMARY_LEGEND + "\n")
-        return summary
+                  f"{shard}{sampled} run_identity={self.run_identity}")
+        return write_summary(self.run_dir, rows, self.task.quality_columns, header, self.notes(), self.coverage())
 
     def coverage(self) -> str:
         """What a shard's summary covers: its share of the selected samples, by rule and by id (empty for an

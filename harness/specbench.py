@@ -54,13 +54,14 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from harness.metrics import norm, prepare
+from harness.columns import SAMPLING, norm
+from harness.grouping import prepare
 
 log = logging.getLogger(__name__)
 
 SOURCE = "spec_bench_import"
 IDENTITY_KEYS = ("task", "task_version", "model", "target_model", "draft_model", "dtype", "device_name",
-                 "git_commit", "max_new_tokens", "temperature", "top_p", "top_k")
+                 "git_commit", "max_new_tokens", *SAMPLING)
 
 
 def _slug(text: str) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Sequence, TypeVar
+from typing import Any, Iterator, Sequence, TypeVar
+
+from tasks.types import Sample
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +126,6 @@ def encode_prompt(tokenizer: Any, text: str, chat: bool) -> list[int]:
     return ids
 
 
-def task_uses_chat(task: Any, tokenizer: Any, chat: bool | None) -> bool:
-    """Whether ``task`` renders its prompts through the chat template for this tokenizer and model flag."""
-    return use_chat(getattr(task, "prompt_style", "auto"), tokenizer, chat)
-
-
 # ------------------------------------------------------------------------------------- turn markers
 _SENTINELS = ("SPECDECUSERTURNONE", "SPECDECASSISTANTTURNONE", "SPECDECUSERTURNTWO")
 
@@ -187,21 +184,68 @@ def chat_stop_token_ids(tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-class ChatStops:
-    """Mixin for tasks with a ``prompt_style``: chat-rendered prompts stop at the template's turn markers."""
+class Task:
+    """Base class of every task: samples, prompt rendering, post-processing and scoring (after lm-eval's Task).
 
+    Whether prompts go through the chat template is decided once per run (:meth:`uses_chat`: the task's
+    ``prompt_style``, the model config's ``chat_template`` flag, the tokenizer) and passed explicitly to
+    :meth:`render`, :meth:`postprocess`, :meth:`score` and :meth:`stop_token_ids`; a task keeps no state
+    between those calls.
+
+    Attributes:
+        name, version: the task's name and version (bump ``version`` when prompts or scoring change).
+        stop_sequences: text stop sequences applied to completion-style answers before scoring.
+        max_new_tokens: the task's default generation budget (set by the constructor).
+        quality_columns: the keys :meth:`score` returns: the quality columns of result rows
+            (``("pass@1",)``, ``("accuracy",)``, ROUGE; ``()`` for a task without an automatic score).
+        prompt_style: ``auto`` (the chat template for instruct models), ``chat`` or ``completion``.
+        origin: where the samples came from (a file path or a hub id), for ``meta.json``.
+    """
+
+    name: str = "task"
+    version: str = "1.0"
+    stop_sequences: Sequence[str] = ()
+    max_new_tokens: int = 256
+    quality_columns: Sequence[str] = ()
     prompt_style: str = "auto"
+    origin: str | None = None
 
-    def stop_token_ids(self, tokenizer: Any, chat: bool | None = None) -> frozenset[int]:
-        """Extra ids that end generation for this task: :func:`chat_stop_token_ids` when prompts go through
-        the chat template (``chat`` = the model config's ``chat_template`` flag), else none."""
-        return chat_stop_token_ids(tokenizer) if use_chat(self.prompt_style, tokenizer, chat) else frozenset()
+    def samples(self, limit: int | None = None) -> Iterator[Sample]:
+        """The selected samples, in the task's fixed order."""
+        raise NotImplementedError
 
+    def uses_chat(self, tokenizer: Any, model_chat: bool | None = None) -> bool:
+        """Whether prompts go through the chat template: :func:`use_chat` of the task's ``prompt_style``, the
+        model config's ``chat_template`` flag (``model_chat``) and the tokenizer."""
+        return use_chat(self.prompt_style, tokenizer, model_chat)
 
-def task_stop_token_ids(task: Any, tokenizer: Any, chat: bool | None) -> frozenset[int]:
-    """The stop ids ``task`` declares (``task.stop_token_ids``), or none; the app adds them to the EOS ids."""
-    fn = getattr(task, "stop_token_ids", None)
-    return frozenset(fn(tokenizer, chat)) if fn is not None else frozenset()
+    def render(self, sample: Sample, tokenizer: Any, chat: bool) -> str:
+        """The prompt text of ``sample`` (chat template text when ``chat``)."""
+        raise NotImplementedError
+
+    def turns(self, sample: Sample) -> int:
+        """Turns of a conversation (multi-turn tasks override it and :meth:`render_turn`)."""
+        return 1
+
+    def render_turn(self, sample: Sample, tokenizer: Any, chat: bool, turn_index: int,
+                    previous_answers: Sequence[str]) -> str:
+        """The prompt of turn ``turn_index``, carrying the decoder's own earlier answers."""
+        if turn_index != 0:
+            raise ValueError(f"task {self.name} has one turn per sample, got turn {turn_index}")
+        return self.render(sample, tokenizer, chat)
+
+    def postprocess(self, sample: Sample, completion: str, chat: bool) -> str:
+        """What scoring reads of a completion: cut at the stop sequences."""
+        return cut_at_stop(completion, self.stop_sequences)
+
+    def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
+        """The quality columns of one completion (``{}`` when the task has no automatic score)."""
+        return {}
+
+    def stop_token_ids(self, tokenizer: Any, chat: bool) -> frozenset[int]:
+        """Extra ids that end generation: the chat template's turn markers (:func:`chat_stop_token_ids`) when
+        prompts go through it, else none; the app adds them to the EOS ids."""
+        return chat_stop_token_ids(tokenizer) if chat else frozenset()
 
 
 # ------------------------------------------------------------------------------------------- text

@@ -40,8 +40,7 @@ from typing import Any, Iterator
 from tasks.types import Sample
 import re
 
-from tasks.base import (ChatStops, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
-                        select_slice, use_chat)
+from tasks.base import Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice
 from tasks.data import DataSource, load_records, require_fields
 
 SOURCE = DataSource(task="CNN/DailyMail", relpath="cnn_dailymail/test_first1000.jsonl",
@@ -104,7 +103,7 @@ def rouge(prediction: str, reference: str, scorer: Any = None) -> dict[str, floa
     return {k: float(scores[k].fmeasure) for k in ROUGE_TYPES}
 
 
-class CNNDailyMail(ChatStops):
+class CNNDailyMail(Task):
     """The CNN/DailyMail summarization task (test split, zero-shot).
 
     Args:
@@ -153,7 +152,6 @@ class CNNDailyMail(ChatStops):
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
         require_fields(rows, ("article", "highlights"), self.origin)
         self._articles = select_slice(list(enumerate(rows)), self.offset, None, "articles")
-        self._chat: bool | None = None
         self._scorer: Any = None
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
@@ -164,22 +162,21 @@ class CNNDailyMail(ChatStops):
             yield Sample(sample_id=f"cnn_dm/{index}", prompt=row["article"], reference=row["highlights"],
                          metadata=metadata)
 
-    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
-        """Prompt text for ``sample``; ``chat`` is the model config's ``chat_template`` flag."""
-        self._chat = use_chat(self.prompt_style, tokenizer, chat)
-        if self._chat:
+    def render(self, sample: Sample, tokenizer: Any, chat: bool) -> str:
+        """Prompt text for ``sample``; ``chat``: through the tokenizer's chat template (:meth:`uses_chat`)."""
+        if chat:
             content = self.chat_prompt.replace("{article}", sample.prompt)
             return apply_chat(tokenizer, [{"role": "user", "content": content}])
         return self.completion_prompt.replace("{article}", sample.prompt)
 
-    def postprocess(self, sample: Sample, completion: str) -> str:
+    def postprocess(self, sample: Sample, completion: str, chat: bool) -> str:
         """The summary: the completion cut at the next ``###``, stripped."""
         return cut_at_stop(completion, self.stop_sequences).strip()
 
-    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+    def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
         """ROUGE-1/2/L/Lsum F-measures of the summary against the highlights (see :func:`rouge`)."""
         if self._scorer is None:
             from rouge_score import rouge_scorer
 
             self._scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
-        return rouge(self.postprocess(sample, completion), sample.reference, self._scorer)
+        return rouge(self.postprocess(sample, completion, chat), sample.reference, self._scorer)

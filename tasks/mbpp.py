@@ -34,8 +34,8 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from tasks.types import Sample
-from tasks.base import (ChatStops, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
-                        extract_code_block, select_slice, use_chat)
+from tasks.base import (Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
+                        extract_code_block, select_slice)
 from tasks.data import DataSource, load_records, require_fields
 from tasks.execution import run_program
 
@@ -43,7 +43,6 @@ SOURCE = DataSource(task="MBPP", relpath="mbpp/mbpp.jsonl", hub_id="google-resea
                     hub_config="full", hub_split="test")
 #: Task ids of each split of the full release (its README); ``prompt`` minus the shots is what that split asks.
 SPLIT_IDS = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975), "prompt": range(1, 11)}
-TEST_IDS = SPLIT_IDS["test"]
 SHOT_IDS = (2, 3, 4)
 STOP_SEQUENCES = ("[DONE]",)
 
@@ -71,7 +70,7 @@ def build_program(problem: dict[str, Any], code: str) -> str:
     return "\n".join(p for p in parts if p) + "\n"
 
 
-class MBPP(ChatStops):
+class MBPP(Task):
     """The MBPP task (one split, default ``test``; 3-shot).
 
     Args:
@@ -139,7 +138,6 @@ class MBPP(ChatStops):
             raise ValueError(f"MBPP data from {self.origin} holds none of the {split} problems (task ids "
                              f"{ids.start}..{ids.stop - 1}); use the full mbpp.jsonl release (task ids 1..974)")
         self._problems = select_slice(problems, self.offset, None)
-        self._chat: bool | None = None
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
         limit = limit if limit is not None else self.limit
@@ -147,14 +145,13 @@ class MBPP(ChatStops):
             yield Sample(sample_id=f"mbpp/{p['task_id']}", prompt=build_prompt(p, self._shots), reference=p,
                          metadata={"task_id": int(p["task_id"])})
 
-    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
-        """Prompt text for ``sample``; ``chat`` is the model config's ``chat_template`` flag."""
-        self._chat = use_chat(self.prompt_style, tokenizer, chat)
-        if self._chat:
+    def render(self, sample: Sample, tokenizer: Any, chat: bool) -> str:
+        """Prompt text for ``sample``; ``chat``: through the tokenizer's chat template (:meth:`uses_chat`)."""
+        if chat:
             return apply_chat(tokenizer, [{"role": "user", "content": sample.prompt}])
         return sample.prompt
 
-    def postprocess(self, sample: Sample, completion: str) -> str:
+    def postprocess(self, sample: Sample, completion: str, chat: bool) -> str:
         """The program: the completion cut at ``[DONE]``, or the first fenced code block in it."""
         text = cut_at_stop(completion, self.stop_sequences)
         code = extract_code_block(text) if "```" in text else None
@@ -162,9 +159,9 @@ class MBPP(ChatStops):
             code = text.replace("[BEGIN]", "", 1) if text.lstrip().startswith("[BEGIN]") else text
         return code
 
-    def score(self, sample: Sample, completion: str) -> dict[str, float]:
+    def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
         """``{"pass@1": 0.0 or 1.0}`` when code execution is allowed, else ``{}``."""
         if not self.allow_code_execution:
             return {}
-        program = build_program(sample.reference, self.postprocess(sample, completion))
+        program = build_program(sample.reference, self.postprocess(sample, completion, chat))
         return {"pass@1": float(run_program(program, self.timeout_s).passed)}

@@ -43,7 +43,7 @@ from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 from tasks.types import Sample
-from tasks.base import ChatStops, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice, use_chat
+from tasks.base import Task, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice
 from tasks.data import DataSource, load_records, require_fields
 
 FASTCHAT_COMMIT = "0e6d3e4beaab66f4d3f93db72541a4abab8af28d"
@@ -62,7 +62,7 @@ STOP_SEQUENCES = ("\n" + USER,)
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
 
-class MTBench(ChatStops):
+class MTBench(Task):
     """The MT-Bench task: 80 questions, 2 turns each, chat template, timing only.
 
     Args:
@@ -127,7 +127,6 @@ class MTBench(ChatStops):
                 raise ValueError(f"task.categories {unknown} match no question; categories in {self.origin}: {known}")
             rows = [r for r, g in zip(rows, groups) if g & wanted]
         self._questions = select_slice(rows, self.offset, None, "questions")
-        self._chat: bool | None = None
 
     # ------------------------------------------------------------------------------------------------
     def _metadata(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -154,19 +153,21 @@ class MTBench(ChatStops):
         """Number of user turns of ``sample`` (2 for MT-Bench; 1 for most Spec-Bench items)."""
         return len(sample.messages) if sample.messages else 1
 
-    def clean_answer(self, answer: str) -> str:
-        """An answer as it is put back into the conversation: stripped (cut at ``USER:`` for base models)."""
-        if self._chat is False:
+    def clean_answer(self, answer: str, chat: bool) -> str:
+        """An answer as it is put back into the conversation: stripped (cut at ``USER:`` in completion style)."""
+        if not chat:
             answer = cut_at_stop(answer, STOP_SEQUENCES)
         return answer.strip()
 
-    def conversation(self, sample: Sample, turn_index: int, previous_answers: Sequence[str]) -> list[dict[str, str]]:
+    def conversation(self, sample: Sample, turn_index: int, previous_answers: Sequence[str],
+                     chat: bool = True) -> list[dict[str, str]]:
         """The messages for turn ``turn_index``: user turns 0..k with the previous answers between them.
 
         Args:
             sample: a sample from :meth:`samples`.
             turn_index: which user turn to ask (0-based).
             previous_answers: the model's answers to turns ``0..turn_index-1``, in order (exactly that many).
+            chat: the prompts go through the chat template (answers are cleaned accordingly).
 
         Raises:
             ValueError: ``turn_index`` out of range, or the wrong number of previous answers.
@@ -180,18 +181,18 @@ class MTBench(ChatStops):
         messages: list[dict[str, str]] = []
         for k in range(turn_index):
             messages.append(dict(users[k]))
-            messages.append({"role": "assistant", "content": self.clean_answer(previous_answers[k])})
+            messages.append({"role": "assistant", "content": self.clean_answer(previous_answers[k], chat)})
         messages.append(dict(users[turn_index]))
         return messages
 
-    def render_turn(self, sample: Sample, tokenizer: Any, chat: bool | None, turn_index: int,
+    def render_turn(self, sample: Sample, tokenizer: Any, chat: bool, turn_index: int,
                     previous_answers: Sequence[str]) -> str:
         """The full prompt text for turn ``turn_index``, previous answers in the conversation.
 
         Args:
             sample: a sample from :meth:`samples`.
             tokenizer: the target model's tokenizer (its chat template in chat style).
-            chat: the model config's ``chat_template`` flag (``None`` = whether the tokenizer has one).
+            chat: through the tokenizer's chat template (:meth:`uses_chat`), else a plain transcript.
             turn_index: which user turn to ask (0-based); ``0 <= turn_index < turns(sample)``.
             previous_answers: this decoder's decoded answers to turns ``0..turn_index-1`` (raw decoded text;
                 cleaned here).
@@ -203,9 +204,8 @@ class MTBench(ChatStops):
             ValueError: bad ``turn_index`` / ``previous_answers``, or chat style with a tokenizer that has no
                 chat template.
         """
-        self._chat = use_chat(self.prompt_style, tokenizer, chat)
-        messages = self.conversation(sample, turn_index, previous_answers)
-        if self._chat:
+        messages = self.conversation(sample, turn_index, previous_answers, chat)
+        if chat:
             if getattr(tokenizer, "chat_template", None) is None:
                 raise ValueError(f"task {self.name}: prompt_style={self.prompt_style!r} needs a chat template but the "
                                  "tokenizer has none; use task.prompt_style=completion (plain transcript) or an "
@@ -215,17 +215,13 @@ class MTBench(ChatStops):
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return plain_transcript(messages, self.system_prompt or PLAIN_SYSTEM_PROMPT)
 
-    def render(self, sample: Sample, tokenizer: Any, chat: bool | None = None) -> str:
+    def render(self, sample: Sample, tokenizer: Any, chat: bool) -> str:
         """Turn 0's prompt (what a single-turn runner asks)."""
         return self.render_turn(sample, tokenizer, chat, 0, [])
 
-    def postprocess(self, sample: Sample, completion: str) -> str:
+    def postprocess(self, sample: Sample, completion: str, chat: bool) -> str:
         """The answer as kept in the conversation (see :meth:`clean_answer`)."""
-        return self.clean_answer(completion)
-
-    def score(self, sample: Sample, completion: str) -> dict[str, float]:
-        """No automatic quality score (MT-Bench is judged by an LLM): ``{}``."""
-        return {}
+        return self.clean_answer(completion, chat)
 
 
 def plain_transcript(messages: Sequence[dict[str, str]], system_prompt: str) -> str:

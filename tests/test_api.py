@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.app import available
+from harness.precheck import available
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_snippet() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "running.md").read_text()
     section = text[text.index("## Python API"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
@@ -25,7 +25,7 @@ def test_readme_python_api_snippet_runs(capsys):
     code = readme_snippet()
     assert "load_pair_by_name" in code and "build_decoder" in code and ".generate(" in code
     scope: dict = {}
-    exec(compile(code, "README.md (Python API)", "exec"), scope)
+    exec(compile(code, "docs/running.md (Python API)", "exec"), scope)
     result = scope["result"]
     assert result.new_tokens == 24 and result.accept_length >= 1.0
     assert result.token_ids == scope["reference"].token_ids

@@ -20,9 +20,11 @@ from hydra import initialize_config_dir
 from omegaconf import OmegaConf
 
 import harness.app
+import harness.precheck
 import harness.models
 from harness import config as C
-from harness.app import build_decoder, check_choices, main_job, precheck
+from harness.app import build_decoder, main_job
+from harness.precheck import check_choices, precheck
 from harness.config import ConfigError, compose
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,7 +122,7 @@ def test_task_schema_fields_equal_constructor_parameters(schema):
 
 
 def test_runner_schema_fields_equal_run_settings():
-    from harness.runner import RunSettings
+    from harness.settings import RunSettings
 
     settings = {f.name: f for f in dataclasses.fields(RunSettings) if f.name != "extra"}
     fields = {f.name: f for f in dataclasses.fields(C.RunnerConfig)}
@@ -407,7 +409,7 @@ def test_precheck_covers_every_job_of_a_sweep(argv, line, nothing_may_load):
 def test_precheck_passes_valid_sweeps_and_experiments(nothing_may_load):
     precheck(["-m", "model=tiny-random", "decoder=[vanilla,speculative]", "decoder.speculative.gamma=1,2,4"])
     for name in _names("experiment"):
-        if harness.app.missing_decoder_configs(name):  # held-out races before tuning: tests/test_experiments.py
+        if harness.precheck.missing_decoder_configs(name):  # held-out races before tuning: tests/test_experiments.py
             continue
         precheck([f"experiment={name}"])
 

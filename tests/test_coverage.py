@@ -1,7 +1,6 @@
 """Every cell accounted for in the tables (harness/coverage.py through harness.metrics and
-harness.report). Each reproducer of items 1, 2, 4 and 5 is a test on fixture rows with known answers; each
-failed on the code before the issue (hidden coverage, pooled unpaired rows, duplicates counted twice, compare
-over different samples)."""
+harness.report): tests on fixture rows with known answers for hidden coverage, pooled unpaired rows,
+duplicates counted twice and comparisons over different samples."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fixture_rows import IDENTITY, fixture_rows, real_run, write_run
-from harness import coverage, metrics, report
+from harness import compare, coverage, figdata, grouping, metrics, report, tables
 from harness.results import read_results
 
 #: Columns a row keeps when its cell did not run (what the runner writes for a skip or an error).
@@ -47,7 +46,7 @@ def _cells(md: str, label: str) -> dict[str, str]:
     return dict(zip(header, _line(md, label)))
 
 
-# ------------------------------------------------------------------------------------------------ item 1
+# ----------------------------------------------------------------------------------------- skipped cells
 @pytest.fixture()
 def short_context(tmp_path):
     """5 HumanEval problems: the draft's context too short for problems 3 and 4 (speculative skipped there,
@@ -59,7 +58,7 @@ def short_context(tmp_path):
 
 
 def test_coverage_is_in_every_table(short_context, tmp_path):
-    # Reproducer 1: speculative has 3 rows, vanilla 5; report.md said "humaneval (5 samples)", main.md had no
+    # Before: speculative has 3 rows, vanilla 5; report.md said "humaneval (5 samples)", main.md had no
     # samples column and nothing warned; with a decoder raising on 2 problems only summary.csv had failed=2.
     agg = metrics.aggregate(report.load_rows([short_context])).set_index("label")
     assert agg.loc["speculative", ["group_samples", "samples", "paired_samples", "failed"]].tolist() == [5, 3, 3, 2]
@@ -84,19 +83,19 @@ def test_coverage_is_in_every_table(short_context, tmp_path):
 
 
 def test_the_runner_summary_says_it_too(short_context):
-    # summary.csv / summary.md as the runner writes them (metrics.summarize, metrics.to_markdown)
+    # summary.csv / summary.md as the runner writes them (metrics.summarize, tables.to_markdown)
     summary = metrics.summarize(read_results([short_context]))
     spec = summary.set_index("label").loc["speculative"]
     assert (spec["samples"], spec["group_samples"], spec["failed"]) == (3, 5, 2)
     assert spec["failed_statuses"] == "2 prompt_too_long"
-    md = metrics.to_markdown(summary)
+    md = tables.to_markdown(summary)
     assert _cells(md.split("\n\n")[-1], "speculative")["failed"] == "2 prompt_too_long"
     assert _cells(md.split("\n\n")[-1], "vanilla")["failed"] == "0"
     assert "Warnings:" in md and "cover different samples" in md and "exceeds the draft model" in md
 
 
 def test_real_run_with_a_draft_context_too_short_for_some_problems(tmp_path):
-    # Reproducer 1 as the issue ran it: tiny-random, 5 HumanEval problems, the draft's context cut to 440
+    # A real run: tiny-random, 5 HumanEval problems, the draft's context cut to 440
     # positions (speculative skipped where prompt + budget exceed it; vanilla and prompt_lookup run everywhere)
     run = real_run(tmp_path / "run", "task.limit=5", "decoder=[vanilla,speculative,prompt_lookup]",
                    "model.draft.config.max_position_embeddings=440")
@@ -127,12 +126,12 @@ def test_clean_runs_say_every_cell_was_measured(tmp_path):
     written = report.write_report([write_run(tmp_path / "run", fixture_rows("ok", tasks=["humaneval"]))],
                                   tmp_path / "rep")
     main = written["main.md"].read_text()
-    assert main.splitlines()[0].startswith("| decoder | samples | tok/s |") and "failed" not in main
+    assert main.splitlines()[0].startswith("| decoder | settings | samples | tok/s |") and "failed" not in main
     assert "Every cell was measured and paired with vanilla" in written["report.md"].read_text()
     assert "## Warnings" not in written["report.md"].read_text()
 
 
-# ------------------------------------------------------------------------------------------------ item 2
+# ----------------------------------------------------------------------------------------- unpaired rows
 def _vanilla_fails_twice() -> list[dict]:
     """5 problems, vanilla failing on 3 and 4; speculative 2x vanilla where vanilla ran, fast elsewhere, and
     (a stale reference) marked unequal there; pass@1 = 1 on even problems."""
@@ -144,7 +143,7 @@ def _vanilla_fails_twice() -> list[dict]:
 
 
 def test_unpaired_rows_are_in_no_figure(tmp_path):
-    # Reproducer 2: with vanilla failing on 2 of 5 problems the decoder rows of those problems stayed in:
+    # Before: with vanilla failing on 2 of 5 problems the decoder rows of those problems stayed in:
     # tokens/s averaged 5 samples while speedup used 3 (126 tok/s against vanilla's 105 printed as speedup
     # 0.63), equality and quality counted rows without a reference. No warning.
     run = write_run(tmp_path / "run", _vanilla_fails_twice())
@@ -177,16 +176,16 @@ def test_a_missing_vanilla_row_unpairs_too_and_a_run_without_vanilla_keeps_its_r
 
 
 def test_figure_frames_use_paired_rows_only():
-    rows = metrics.prepare(pd.DataFrame(_vanilla_fails_twice()))
-    bd = metrics.time_breakdown(rows).set_index("label")
+    rows = grouping.prepare(pd.DataFrame(_vanilla_fails_twice()))
+    bd = figdata.time_breakdown(rows).set_index("label")
     spec = rows[(rows["decoder"] == "speculative") & (rows["sample_id"].str[-1].astype(int) < 3)]
     ms = 1000 * 0.3 * spec["wall_time_s"].sum() / spec["new_tokens"].sum()
     assert bd.loc["speculative", "draft_ms"] == pytest.approx(ms)
 
 
-# ------------------------------------------------------------------------------------------------ item 4
+# --------------------------------------------------------------------------------------- duplicate cells
 def test_a_run_and_its_partial_copy_count_each_cell_once(tmp_path):
-    # Reproducer 4: a report over a folder holding a run and a partial copy of it counted 7 rows and printed
+    # Before: a report over a folder holding a run and a partial copy of it counted 7 rows and printed
     # speedup 0.57 instead of 0.47.
     rows = fixture_rows("dup", tasks=["humaneval"], n=5, spec_factor=[0.3, 0.35, 0.4, 0.6, 0.7])
     alone = metrics.aggregate(report.load_rows([write_run(tmp_path / "alone", rows)])).set_index("label")
@@ -224,9 +223,9 @@ def test_shards_of_one_run_id_are_not_copies(tmp_path):
     assert metrics.aggregate(loaded).set_index("label").loc["speculative", "samples"] == 4
 
 
-# ------------------------------------------------------------------------------------------------ item 5
+# ------------------------------------------------------------------------------------------- comparisons
 def test_compare_pairs_on_the_samples_both_runs_cover(tmp_path, capsys):
-    # Reproducer 5: a decoder failing on 2 of 5 problems in B was compared over 5 samples in A and 3 in B;
+    # Before: a decoder failing on 2 of 5 problems in B was compared over 5 samples in A and 3 in B;
     # only "paired: no" showed.
     a_rows = fixture_rows("a", tasks=["humaneval"], n=5, spec_factor=[1.5, 1.6, 1.7, 1.8, 1.9])
     b_rows = fail(fixture_rows("b", tasks=["humaneval"], n=5, spec_factor=2.0, identity={"git_commit": "def4567"}),
@@ -250,7 +249,7 @@ def test_compare_pairs_on_the_samples_both_runs_cover(tmp_path, capsys):
 def test_compare_with_a_failed_vanilla_leaves_its_decoders_unpaired(tmp_path):
     a = write_run(tmp_path / "A", fixture_rows("a", tasks=["humaneval"], n=5))
     b = write_run(tmp_path / "B", fail(fixture_rows("b", tasks=["humaneval"], n=5, spec_factor=3.0), "vanilla", {0}))
-    cmp, md = report.write_compare(a, b)
+    cmp, md = compare.write_compare(a, b)
     spec = cmp.set_index("label").loc["speculative"]
     assert (spec["common_samples"], spec["unpaired_b"]) == (4, 1)
     assert spec["speedup_ratio"] == pytest.approx(1.5)

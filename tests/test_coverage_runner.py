@@ -1,13 +1,13 @@
 """Every cell accounted for: the runner, tune.py and the Spec-Bench exchange
 never turn a failed, unpaired or mixed cell into a figure without a word.
 
-* item 3: a conversation whose earlier turn has no answer (the decoder's, or vanilla's) is not continued on
+* a conversation whose earlier turn has no answer (the decoder's, or vanilla's) is not continued on
   another history and paired with vanilla: its later turns get ``status=skipped`` rows saying why.
-* item 6: ``benchmarks/tune.py`` refuses runs that differ in dtype, machine class or task unless ``--combine``
+* ``benchmarks/tune.py`` refuses runs that differ in dtype, machine class or task unless ``--combine``
   admits it, and records what it was tuned on in a machine-readable header line.
-* item 8: Spec-Bench import refuses answers without ``wall_time`` or with a time that is not positive (one
+* Spec-Bench import refuses answers without ``wall_time`` or with a time that is not positive (one
   line, exit 2), and export refuses a folder holding another run's answer files.
-* item 9: a shard's ``summary.md`` says what it covers; an empty data file, an unknown ``runner.sample_ids`` entry
+* a shard's ``summary.md`` says what it covers; an empty data file, an unknown ``runner.sample_ids`` entry
   and an empty shard are one ``error:`` line with exit status 2, before any model loads.
 """
 
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import harness.app
-from harness.config import ConfigError
+from harness.config import ConfigError, tuned_on
 from tests.fixture_rows import fixture_rows, write_run
 from tests.test_experiments import GRID, _tuning_runs, tune
 from tests.test_runner import _run, _rows
@@ -30,7 +30,7 @@ from tests.test_runner import _run, _rows
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# ------------------------------------------------------------------------------- item 3: MT-Bench turns
+# --------------------------------------------------------------------------------------- MT-Bench turns
 def _mt_file(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in [
@@ -124,7 +124,7 @@ def test_vanillas_failed_first_turn_leaves_no_second_turn_paired_with_another_hi
                    for r in _rows(tmp_path / "run"))
 
 
-# ---------------------------------------------------------------------------------- item 9: the runner
+# ------------------------------------------------------------------------------------------ the runner
 def test_a_shards_summary_says_what_it_covers(tmp_path):
     # before: summary.md said `shard=0/2` over a table that reads like the whole task
     _run(tmp_path, "decoder=[vanilla]", "task.limit=3", "runner.shard=0/2", "runner.max_new_tokens=4")
@@ -178,7 +178,7 @@ def test_run_py_refuses_with_one_error_line_and_exit_2(case, tmp_path):
     assert not (tmp_path / "run" / "results.jsonl").exists()
 
 
-# ------------------------------------------------------------------------------------------ item 6: tune.py
+# -------------------------------------------------------------------------------------------------- tune.py
 def _set(run: Path, **values) -> None:
     """Overwrite columns of every row of a run folder."""
     rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
@@ -205,7 +205,7 @@ def test_tune_refuses_runs_of_different_dtypes_and_tasks_one_line_each(tmp_path,
                       "--combine", "task,dtype"]) == 0
     text = (out / "speculative_tuned.yaml").read_text()
     assert "# Combined on request (--combine task,dtype): task (humaneval, mbpp), dtype (bfloat16, float32)" in text
-    record = tune.tuned_on(text)
+    record = tuned_on(text)
     assert record == {"dtype": ["bfloat16", "float32"], "device_name": "test cpu", "cpu_isa": "unrecorded",
                       "task": ["humaneval", "mbpp"], "combined": ["task", "dtype"]}
     assert yaml.safe_load(text)["gamma"] == 6                             # still a loadable config
@@ -223,7 +223,7 @@ def test_tune_refuses_runs_from_another_machine_class(column, value, tmp_path, c
     assert not out.exists()
     assert tune.main([str(humaneval), str(mbpp), "--conf-dir", str(out), "--combine", "task",
                       "--combine", "machine", "--family", "speculative"]) == 0
-    assert tune.tuned_on((out / "speculative_tuned.yaml").read_text())["combined"] == ["task", "machine"]
+    assert tuned_on((out / "speculative_tuned.yaml").read_text())["combined"] == ["task", "machine"]
 
 
 def test_tune_from_one_run_needs_no_combine_and_records_what_it_was_tuned_on(tmp_path, capsys):
@@ -233,11 +233,11 @@ def test_tune_from_one_run_needs_no_combine_and_records_what_it_was_tuned_on(tmp
     assert tune.main([str(humaneval), "--conf-dir", str(out), "--family", "speculative"]) == 0
     text = (out / "speculative_tuned.yaml").read_text()
     line = next(x for x in text.splitlines() if x.startswith("# tuned-on: "))
-    assert json.loads(line.removeprefix("# tuned-on: ")) == tune.tuned_on(text) == {
+    assert json.loads(line.removeprefix("# tuned-on: ")) == tuned_on(text) == {
         "dtype": "bfloat16", "device_name": "AMD EPYC [25/17] (2 cores, avx2+avx512f+avx512_bf16)",
         "cpu_isa": "avx512_bf16", "task": "humaneval", "combined": []}
     assert "Combined on request" not in text
-    assert tune.tuned_on("# @package decoder.x\ngamma: 4\n") is None     # a config written before the line
+    assert tuned_on("# @package decoder.x\ngamma: 4\n") is None     # a config written before the line
 
 
 def test_tune_rejects_an_unknown_combine_name(tmp_path, capsys):
@@ -246,7 +246,7 @@ def test_tune_rejects_an_unknown_combine_name(tmp_path, capsys):
     assert e.value.code == 2 and "choose from task, dtype, machine" in capsys.readouterr().err
 
 
-# -------------------------------------------------------------------------------- item 8: Spec-Bench exchange
+# ---------------------------------------------------------------------------------------- Spec-Bench exchange
 def _answer(qid, mid, text="a", tokens=10, **choice):
     c = {"index": 0, "turns": [text], "decoding_steps": [5], "new_tokens": [tokens], "wall_time": [1.0],
          "accept_lengths": [2] * 5}

@@ -21,7 +21,7 @@ from decoders.speculative import SpeculativeDecoder
 from decoders.types import Decoder
 from decoders.vanilla import VanillaDecoder
 from harness.models import build_tiny_random
-from harness.runner import timed_generate
+from harness.rows import timed_generate
 from harness.timing import Stopwatch
 from tests.conftest import TINY
 
@@ -172,7 +172,7 @@ class _Marks:
         self.counter = counter
         self.first: list[int] = []
 
-    def first_token(self) -> None:
+    def first_token(self, tokens: int = 1) -> None:
         self.first.append(len(self.counter))
 
     def lap(self, phase: str) -> None:
@@ -201,20 +201,52 @@ def test_first_token_hook_called_once_after_the_first_target_forward(name, max_n
         assert watch.first == [1]  # once, right after the first target forward (the one that yields token 1)
 
 
-@pytest.mark.parametrize("name", ["vanilla", "ouroboros", "hf_assisted"])
+@pytest.mark.parametrize("name", ["vanilla", "speculative", "ouroboros", "hf_assisted"])
 def test_timed_generate_columns(name, target, noisy_draft, prompt_ids):
-    res, wall, cols = timed_generate(FACTORIES[name](target, noisy_draft, frozenset()), prompt_ids[2], 12)
-    assert 0 < cols["ttft_s"] < wall
-    assert cols["decode_tokens_per_s"] == pytest.approx((res.new_tokens - 1) / (wall - cols["ttft_s"]))
+    draft = None if name == "vanilla" else noisy_draft
+    res, wall, cols = timed_generate(FACTORIES[name](target, noisy_draft, frozenset()), prompt_ids[2], 12, draft)
+    ttft, prefill = cols["ttft_s"], cols["prefill_s"]
+    assert 0 < ttft < wall
+    assert cols["tpot_s"] == pytest.approx((wall - ttft) / (res.new_tokens - 1))
+    assert cols["peak_memory_mb"] > 0
+    if name == "vanilla":
+        assert cols["draft_prefill_s"] is None and prefill == ttft and cols["first_tokens"] == 1
+    elif name == "hf_assisted":  # transformers drafts before its first target forward: its prefill is in ttft
+        assert 0 < cols["draft_prefill_s"] < ttft and prefill == ttft and cols["first_tokens"] >= 1
+    else:  # ours prefill the draft after the first token: moved to the prefill side
+        assert 0 < cols["draft_prefill_s"] and prefill == pytest.approx(ttft + cols["draft_prefill_s"])
+        assert cols["first_tokens"] == 1
+    assert cols["decode_tokens_per_s"] == pytest.approx((res.new_tokens - cols["first_tokens"]) / (wall - prefill))
     if name == "ouroboros":
         assert cols["draft_time_s"] > 0 and cols["verify_time_s"] > 0
         assert cols["draft_time_s"] + cols["verify_time_s"] <= wall
 
 
+def test_draft_prefill_is_the_first_draft_forward_only(noisy_draft):
+    watch = Stopwatch(torch.device("cpu"))
+    ids = torch.tensor([[1, 2, 3]])
+    with watch.timing_draft_prefill(noisy_draft):
+        watch.start()
+        noisy_draft(ids)
+        first = watch.draft_prefill
+        noisy_draft(ids)
+        watch.stop()
+    assert first is not None and 0 <= first[0] < first[1] and watch.draft_prefill == first
+    assert not noisy_draft._forward_hooks and not noisy_draft._forward_pre_hooks  # hooks removed
+
+
 def test_stopwatch_columns_arithmetic():
     watch = Stopwatch(torch.device("cpu"))
     watch.t0, watch.first_token_s, watch.wall_s = 0.0, 0.5, 2.5
-    assert watch.columns(9) == {"ttft_s": 0.5, "decode_tokens_per_s": 4.0}
+    assert watch.columns(9) == {"ttft_s": 0.5, "tpot_s": 0.25, "prefill_s": 0.5, "draft_prefill_s": None,
+                                "first_tokens": 1, "decode_tokens_per_s": 4.0}
+    watch.draft_prefill = (0.5, 1.0)  # after the first token: on the prefill side
+    cols = watch.columns(9)
+    assert cols["prefill_s"] == 1.0 and cols["decode_tokens_per_s"] == 8 / 1.5 and cols["tpot_s"] == 0.25
+    watch.draft_prefill, watch.first_tokens = (0.0, 0.2), 3  # before the first token (assisted generation)
+    cols = watch.columns(9)
+    assert cols["prefill_s"] == 0.5 and cols["decode_tokens_per_s"] == 6 / 2.0
     assert watch.columns(1)["decode_tokens_per_s"] is None  # no token after the first
     watch.first_token_s = None
-    assert watch.columns(9) == {"ttft_s": None, "decode_tokens_per_s": None}
+    cols = watch.columns(9)
+    assert cols["ttft_s"] is None and cols["decode_tokens_per_s"] is None and cols["tpot_s"] is None

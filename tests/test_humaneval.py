@@ -35,7 +35,7 @@ def test_completion_prompt_and_stop_sequences():
     task = HumanEval(prompt_style="completion")
     sample = next(task.samples())
     assert task.render(sample, build_byte_tokenizer(), chat=False) == sample.prompt
-    assert task.postprocess(sample, "    return 1\n\ndef other():\n    pass") == "    return 1\n"
+    assert task.postprocess(sample, "    return 1\n\ndef other():\n    pass", False) == "    return 1\n"
 
 
 def test_chat_prompt_extracts_code_block():
@@ -44,20 +44,20 @@ def test_chat_prompt_extracts_code_block():
     text = task.render(sample, build_byte_tokenizer(), chat=True)
     assert text.startswith("<|im_start|>user\nPlease complete the following Python code")
     assert text.endswith("<|im_start|>assistant\n")
-    assert task.postprocess(sample, "Sure:\n```python\ndef f():\n    return 2\n```\nDone") == "def f():\n    return 2\n"
+    assert task.postprocess(sample, "Sure:\n```python\ndef f():\n    return 2\n```\nDone", True) == "def f():\n    return 2\n"
 
 
 def test_pass_at_1_is_opt_in():
     task = HumanEval(prompt_style="completion")
     sample = next(task.samples())
-    assert task.score(sample, sample.reference["canonical_solution"]) == {}
+    assert task.score(sample, sample.reference["canonical_solution"], False) == {}
 
 
 def test_pass_at_1_executes_tests():
     task = HumanEval(prompt_style="completion", allow_code_execution=True, timeout_s=5)
     sample = next(task.samples())
-    assert task.score(sample, sample.reference["canonical_solution"]) == {"pass@1": 1.0}
-    assert task.score(sample, "    return None\n") == {"pass@1": 0.0}
+    assert task.score(sample, sample.reference["canonical_solution"], False) == {"pass@1": 1.0}
+    assert task.score(sample, "    return None\n", False) == {"pass@1": 0.0}
 
 
 # ------------------------------------------------------------------------------ selection (dev / held-out)
@@ -95,13 +95,11 @@ def test_stop_styles():
     first other top-level statement."""
     sample = next(HumanEval().samples())
     codex = HumanEval(prompt_style="completion")
-    codex.render(sample, build_byte_tokenizer(), chat=False)
-    assert codex.postprocess(sample, HELPER_AFTER) == "    return _double(x)\n\n"
+    assert codex.postprocess(sample, HELPER_AFTER, False) == "    return _double(x)\n\n"
     function = HumanEval(prompt_style="completion", stop_style="function")
-    function.render(sample, build_byte_tokenizer(), chat=False)
-    assert function.postprocess(sample, HELPER_AFTER) == "    return _double(x)\n\n\ndef _double(x):\n    return 2 * x\n\n\n"
+    assert function.postprocess(sample, HELPER_AFTER, False) == "    return _double(x)\n\n\ndef _double(x):\n    return 2 * x\n\n\n"
     kept = "    return x\n\n# helpers\nimport math\n@staticmethod\nclass A:\n    pass\nif __name__ == '__main__':\n    f()\n"
-    assert function.postprocess(sample, kept) == kept[: kept.index("if __name__")]
+    assert function.postprocess(sample, kept, False) == kept[: kept.index("if __name__")]
     with pytest.raises(ValueError, match="stop_style"):
         HumanEval(stop_style="none")
 
@@ -120,8 +118,7 @@ def test_stop_style_decides_pass_at_1_with_a_helper():
             task = HumanEval(data_path=str(path), prompt_style="completion", stop_style=style,
                              allow_code_execution=True, timeout_s=5)
             sample = next(task.samples())
-            task.render(sample, build_byte_tokenizer(), chat=False)
-            assert task.score(sample, HELPER_AFTER) == {"pass@1": expected}, style
+            assert task.score(sample, HELPER_AFTER, False) == {"pass@1": expected}, style
 
 
 # ----------------------------------------------------------------------- execution (the shared executor)
@@ -134,12 +131,11 @@ def test_stop_style_decides_pass_at_1_with_a_helper():
 def test_humaneval_runs_in_the_hardened_executor(body, tmp_path):
     task = HumanEval(prompt_style="completion", allow_code_execution=True, timeout_s=10)
     sample = next(task.samples())
-    task.render(sample, build_byte_tokenizer(), chat=False)
     outside = tmp_path / "escaped.txt"
     completion = body.format(outside=str(outside)) + sample.reference["canonical_solution"]
-    assert task.score(sample, completion) == {"pass@1": 0.0}
+    assert task.score(sample, completion, False) == {"pass@1": 0.0}
     assert not outside.exists()
-    assert task.score(sample, sample.reference["canonical_solution"]) == {"pass@1": 1.0}
+    assert task.score(sample, sample.reference["canonical_solution"], False) == {"pass@1": 1.0}
 
 
 def test_bad_settings_and_data(tmp_path, monkeypatch):

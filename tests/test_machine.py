@@ -56,7 +56,7 @@ def test_emulated_half_note_only_for_half_precision_on_a_cpu_without_its_units()
 @pytest.mark.parametrize("cpuinfo, warned", [(ZEN3, True), (ZEN4, False)])
 def test_bf16_run_on_a_cpu_without_bf16_units_is_flagged(tmp_path, monkeypatch, caplog, cpuinfo, warned):
     import harness.results
-    from harness import metrics
+    from harness import flags, grouping, metrics
 
     monkeypatch.setattr(harness.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
     _run(tmp_path, "model.dtype=bfloat16", "decoder=[vanilla,speculative]")
@@ -68,8 +68,8 @@ def test_bf16_run_on_a_cpu_without_bf16_units_is_flagged(tmp_path, monkeypatch, 
     assert ("torch emulates it" in summary) is warned
     assert ("torch emulates it" in log_text) is warned
     # the report and the gate read rows through the same aggregation: the warning travels with the rows
-    agg = metrics.aggregate(metrics.prepare(pd.DataFrame(rows)))
-    assert any("torch emulates it" in w for w in metrics.run_warnings(agg)) is warned
+    agg = metrics.aggregate(grouping.prepare(pd.DataFrame(rows)))
+    assert any("torch emulates it" in w for w in flags.run_warnings(agg)) is warned
 
 
 @pytest.mark.parametrize("cpuinfo, expected", [(ZEN3, "float32"), (ZEN4, "bfloat16"), ("", "float32")])

@@ -112,7 +112,7 @@ class _Marks:
     def __init__(self):
         self.marks: list[str] = []
 
-    def first_token(self):
+    def first_token(self, tokens=1):
         self.marks.append("first")
 
     def lap(self, phase):

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from fixture_rows import fixture_rows, real_run, write_run
-from harness import metrics, report
+from harness import compare, figdata, grouping, metrics, report, stats, tables
 from harness.results import read_results
 
 import plots
@@ -40,7 +40,7 @@ def sweep(tmp_path):
 def test_bootstrap_two_point_case_is_exact():
     # Resampled means of [0, 1] take 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4: the 95 % interval is [0, 1]
     # and the bootstrap standard error is sqrt(1/8).
-    ci = metrics.bootstrap_mean_ci([0.0, 1.0], n_boot=20000, seed=0)
+    ci = stats.bootstrap_mean_ci([0.0, 1.0], n_boot=20000, seed=0)
     assert ci["mean"] == 0.5
     assert (ci["low"], ci["high"]) == (0.0, 1.0)
     assert ci["std"] == pytest.approx(math.sqrt(1 / 8), rel=0.03)
@@ -48,37 +48,37 @@ def test_bootstrap_two_point_case_is_exact():
 
 def test_bootstrap_matches_normal_theory_and_is_seeded():
     values = np.arange(100, dtype=float)  # sd = 29.01, standard error 2.90
-    ci = metrics.bootstrap_mean_ci(values, n_boot=4000, seed=1)
+    ci = stats.bootstrap_mean_ci(values, n_boot=4000, seed=1)
     se = values.std(ddof=0) / 10
     assert ci["mean"] == pytest.approx(49.5)
     assert ci["std"] == pytest.approx(se, rel=0.08)
     assert ci["low"] == pytest.approx(49.5 - 1.96 * se, abs=0.6)
     assert ci["high"] == pytest.approx(49.5 + 1.96 * se, abs=0.6)
-    assert metrics.bootstrap_mean_ci(values, n_boot=4000, seed=1) == ci
-    constant = metrics.bootstrap_mean_ci([2.0] * 5)
+    assert stats.bootstrap_mean_ci(values, n_boot=4000, seed=1) == ci
+    constant = stats.bootstrap_mean_ci([2.0] * 5)
     assert (constant["low"], constant["high"], constant["std"]) == (2.0, 2.0, 0.0)
-    single = metrics.bootstrap_mean_ci([3.0])
+    single = stats.bootstrap_mean_ci([3.0])
     assert single["mean"] == 3.0 and math.isnan(single["low"])
 
 
 def test_two_level_bootstrap_resamples_samples_then_their_repeats():
     # 2 samples x 3 repeats: each resample draws 2 samples, and 3 repeats within each drawn sample
-    w = metrics.bootstrap_weights(["a", "a", "a", "b", "b", "b"], n_boot=500, seed=0)
+    w = stats.bootstrap_weights(["a", "a", "a", "b", "b", "b"], n_boot=500, seed=0)
     assert w.shape == (500, 6) and (w.sum(axis=1) == 6).all()
     assert set(np.unique(w[:, :3].sum(axis=1))) <= {0, 3, 6}   # sample a drawn 0, 1 or 2 times
     # repeats of one sample that differ widen the interval; identical repeats leave the one-level one
-    same = metrics.bootstrap_mean_ci([1, 1, 3, 3], clusters=["a", "a", "b", "b"], n_boot=4000)
-    spread = metrics.bootstrap_mean_ci([0, 2, 2, 4], clusters=["a", "a", "b", "b"], n_boot=4000)
+    same = stats.bootstrap_mean_ci([1, 1, 3, 3], clusters=["a", "a", "b", "b"], n_boot=4000)
+    spread = stats.bootstrap_mean_ci([0, 2, 2, 4], clusters=["a", "a", "b", "b"], n_boot=4000)
     assert same["mean"] == spread["mean"] == 2.0
     assert spread["std"] > same["std"]
 
 
 def test_leviathan_formulas_reproduce_worked_numbers():
     # ALGORITHMS.md section 6: alpha=0.8, gamma=4 -> E[tau]=3.36; S=2.80 / 2.40 / 1.87 for c=0.05 / 0.1 / 0.2
-    assert metrics.expected_accept_length(0.8, 4) == pytest.approx(3.3616)
-    assert [round(metrics.theory_speedup(0.8, 4, c), 2) for c in (0.05, 0.1, 0.2)] == [2.80, 2.40, 1.87]
-    assert metrics.expected_accept_length(1.0, 4) == 5.0
-    assert metrics.expected_accept_length(0.0, 4) == 1.0
+    assert stats.expected_accept_length(0.8, 4) == pytest.approx(3.3616)
+    assert [round(stats.theory_speedup(0.8, 4, c), 2) for c in (0.05, 0.1, 0.2)] == [2.80, 2.40, 1.87]
+    assert stats.expected_accept_length(1.0, 4) == 5.0
+    assert stats.expected_accept_length(0.0, 4) == 1.0
 
 
 def test_cost_ratio_wall_time_fit_recovers_c(tmp_path):
@@ -99,26 +99,26 @@ def test_cost_ratio_wall_time_fit_recovers_c(tmp_path):
     agg = metrics.aggregate(report.load_rows([tmp_path / "run"]), cost_ratio=0.1)  # the option wins
     spec = agg[agg["decoder"] == "speculative"].iloc[0]
     assert spec["cost_ratio_source"] == "option"
-    assert spec["theory_speedup"] == pytest.approx(metrics.theory_speedup(spec["acceptance_rate"], 4, 0.1))
+    assert spec["theory_speedup"] == pytest.approx(stats.theory_speedup(spec["acceptance_rate"], 4, 0.1))
 
 
 # ------------------------------------------------------------------------------------------------ aggregates
 def test_aggregate_numbers(sweep):
     agg = metrics.aggregate(report.load_rows([sweep])).set_index(["task", "label"])
     g4 = agg.loc[("humaneval", "speculative (gamma=4)")]
-    # every sample runs exactly 2x vanilla -> speedup 2 with a degenerate interval
-    assert g4["speedup"] == pytest.approx(2.0) and g4["speedup_low"] == pytest.approx(2.0)
-    assert g4["speedup_high"] == pytest.approx(2.0) and g4["speedup_total"] == pytest.approx(2.0, rel=0.1)
+    # every sample runs exactly 2x vanilla -> speedup 2; 4 samples are too few for an interval
+    assert g4["speedup"] == pytest.approx(2.0) and g4["speedup_total"] == pytest.approx(2.0, rel=0.1)
+    assert math.isnan(g4["speedup_low"]) and math.isnan(g4["speedup_high"]) and g4["samples"] < stats.MIN_INTERVAL_SAMPLES
     # pattern (4, 1, 2) over 8 decode steps: accepted 4+1+2+4+1+2+4+1 = 19, drafted 32, emitted 1 + 19 + 8 = 28
     assert g4["accept_length"] == pytest.approx(28 / 9)
-    assert g4["accept_length_low"] == pytest.approx(28 / 9) == g4["accept_length_high"]
+    assert math.isnan(g4["accept_length_low"])
     assert g4["acceptance_rate"] == pytest.approx(19 / 32)
     assert g4["equal_to_vanilla"] == pytest.approx(0.75)
     assert g4["divergent_samples"] == ["humaneval/1"]
     # timers: c = (0.3 wall / drafted) / (0.6 wall / steps) = 0.5 * 9 / 32
     assert g4["cost_ratio_source"] == "timers"
     assert g4["cost_ratio"] == pytest.approx(0.5 * 9 / 32)
-    assert g4["theory_speedup"] == pytest.approx(metrics.theory_speedup(19 / 32, 4, 0.5 * 9 / 32))
+    assert g4["theory_speedup"] == pytest.approx(stats.theory_speedup(19 / 32, 4, 0.5 * 9 / 32))
     assert g4["efficiency"] == pytest.approx(2.0 / (28 / 9))
     vanilla = agg.loc[("humaneval", "vanilla")]
     assert vanilla["speedup"] == 1.0 and vanilla["accept_length"] == 1.0 and math.isnan(vanilla["theory_speedup"])
@@ -130,7 +130,7 @@ def test_aggregate_numbers(sweep):
 
 def test_labels_distinguish_swept_configs_and_print_integers(sweep):
     rows = report.load_rows([sweep])
-    assert metrics.swept_params(rows)["speculative"] == ["gamma"]
+    assert grouping.swept_params(rows)["speculative"] == ["gamma"]
     assert set(rows["label"]) == {"vanilla", "speculative (gamma=2)", "speculative (gamma=4)",
                                   "speculative (gamma=8)", "lookahead (pool_scope=sample)",
                                   "lookahead (pool_scope=task)"}
@@ -138,7 +138,7 @@ def test_labels_distinguish_swept_configs_and_print_integers(sweep):
         "vanilla", "speculative (gamma=2)", "speculative (gamma=4)", "speculative (gamma=8)"]
     # a float-typed value (pandas turns int columns with gaps into floats) still prints as an integer
     odd = pd.DataFrame({"decoder": ["la", "la"], "decoder_params": ['{"ngram_size": 3.0}', '{"ngram_size": 4}']})
-    assert list(metrics.config_labels(odd)) == ["la (ngram_size=3)", "la (ngram_size=4)"]
+    assert list(grouping.config_labels(odd)) == ["la (ngram_size=3)", "la (ngram_size=4)"]
 
 
 def test_intervals_over_repeats_and_samples(tmp_path):
@@ -181,15 +181,15 @@ def test_summary_of_rows_that_never_ran():
     summary = metrics.summarize(rows).set_index("label")
     assert list(summary.index) == ["vanilla", "speculative"]
     assert (summary["samples"] == 0).all() and (summary["failed"] == 2).all()
-    assert "| vanilla | 0 |" in metrics.to_markdown(summary.reset_index())
+    assert "| vanilla | 0 |" in tables.to_markdown(summary.reset_index())
 
 
 def test_quality_columns_declared_or_found():
     rows = pd.DataFrame({"decoder": ["vanilla"], "accuracy": [1.0], "my_score": [0.5]})
-    assert metrics.quality_columns(rows) == ["accuracy"]                     # known score names
-    assert metrics.quality_columns(rows, ["my_score"]) == ["my_score"]       # the task's declaration
+    assert grouping.quality_columns(rows) == ["accuracy"]                     # known score names
+    assert grouping.quality_columns(rows, ["my_score"]) == ["my_score"]       # the task's declaration
     rows["quality_columns"] = [json.dumps(["my_score"])]
-    assert metrics.quality_columns(rows) == ["my_score"]                     # declared in the rows
+    assert grouping.quality_columns(rows) == ["my_score"]                     # declared in the rows
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -251,12 +251,34 @@ def test_compare_two_runs_paired_by_sample(tmp_path, capsys):
     assert cmp.loc["vanilla", "tokens_per_s_ratio"] == pytest.approx(1.0, rel=0.05)
     # other samples in B: the bootstrap is unpaired, and it says so
     c = write_run(tmp_path / "C", fixture_rows("c", tasks=["humaneval"], n=5))
-    cmp2, _ = report.write_compare(a, c)
+    cmp2, _ = compare.write_compare(a, c)
     # Before: compared on the 5 samples both runs hold (it was an unpaired bootstrap of 8 against 5),
     # and it says so
     spec2 = cmp2.set_index("label").loc["speculative"]
     assert (spec2["samples_a"], spec2["samples_b"], spec2["common_samples"]) == (8, 5, 5) and spec2["paired"]
     assert "compared on the 5 both cover" in spec2["note"]
+
+
+def test_compare_names_every_difference_first(tmp_path):
+    # Before: the head named task and model pair only, not that A is bf16 with 8 problems and B float32 with 3
+    # on another commit; a decoder of one run only showed "-" for that run too.
+    a = write_run(tmp_path / "A", fixture_rows("a", tasks=["humaneval"], n=8, identity={"dtype": "bfloat16"}))
+    rows_b = [r for r in fixture_rows("b", tasks=["humaneval"], n=3, identity={"dtype": "float32",
+                                                                                  "git_commit": "def456"},
+                                      lookahead_scope="sample")]
+    b = write_run(tmp_path / "B", rows_b)
+    cmp, md = compare.write_compare(a, b, tmp_path / "cmp")
+    head = md.split("\n\n")[0].splitlines()
+    assert head[0] == "Differences between the runs:"
+    assert any(line.startswith("- dtype: A bfloat16, B float32") for line in head)
+    assert any(line.startswith("- git_commit: A") and "def456" in line for line in head)
+    assert any(line.startswith("- problems: A 8, B 3 (B's are a subset of A's") for line in head)
+    assert any("decoders: only in B: lookahead" in line for line in head)
+    look = cmp.set_index("label").loc["lookahead"]
+    assert pd.isna(look.get("speedup_a")) and look["speedup_b"] > 1   # its own run's figure, not "-"
+    assert (tmp_path / "cmp" / "figures" / "compare.png").is_file()
+    same, md_same = compare.write_compare(a, a)
+    assert md_same.startswith("The runs do not differ in any recorded setting.")
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -270,12 +292,12 @@ def test_estimator_disagreement_and_load_warn_in_the_summary(tmp_path):
     warnings = summary.attrs["warnings"]
     assert any("estimators disagree" in w for w in warnings)
     assert any("machine load" in w and "2 usable cores" in w for w in warnings)
-    md = metrics.to_markdown(summary)
+    md = tables.to_markdown(summary)
     assert "Warnings:" in md and "estimators disagree" in md
     assert "estimators disagree" in spec["warnings"]
     # a quiet machine and agreeing estimators: no warning
     quiet = metrics.summarize(read_results([write_run(tmp_path / "quiet", fixture_rows("q", load=1.2))]))
-    assert quiet.attrs["warnings"] == [] and "Warnings" not in metrics.to_markdown(quiet)
+    assert quiet.attrs["warnings"] == [] and "Warnings" not in tables.to_markdown(quiet)
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -308,7 +330,7 @@ def test_race_latex_table_has_one_row_per_decoder(tmp_path):
     decoders = list(dict.fromkeys(json.loads(line)["decoder"] for line in RACE.joinpath("results.jsonl").open()))
     assert len(decoders) == 9
     spec = re.search(r"\\begin\{tabular\}\{([lrc]+)\}", tex).group(1)
-    assert spec == "l" + "r" * 6                         # decoder | samples tok/s speedup tau alpha eq.
+    assert spec == "l" + "r" * 5                         # decoder | samples speedup tau alpha eq. (tok/s: main.md)
     rows = _tex_rows(tex)
     assert [r[0].replace("\\_", "_") for r in rows] == decoders    # decoders as rows, in run order
     assert all(len(r) == len(spec) for r in rows)
@@ -374,33 +396,74 @@ def frames(sweep):
     return rows, agg, report.figure_frames(rows, agg)
 
 
+def assert_legible(fig, name):
+    """At the size a paper prints it: one column (3.5 in) or two (7 in) wide, legends under the axes (never over
+    the data), tick labels that do not overlap."""
+    assert fig.get_size_inches()[0] in (plots.COLUMN_WIDTH_IN, plots.PAGE_WIDTH_IN), name
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    lowest = min(ax.get_window_extent(r).y0 for ax in fig.axes)
+    for leg in fig.legends:  # under every axes
+        assert leg.get_window_extent(r).y1 <= lowest + 1, name
+    for ax in fig.axes:
+        assert ax.get_legend() is None, name
+        for ticks in (ax.get_yticklabels(), ax.get_xticklabels()):
+            boxes = [t.get_window_extent(r) for t in ticks if t.get_text() and t.get_visible()]
+            assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), name
+
+
 def test_figures_are_readable(frames):
     # Before: legends over the bars, repeating colours, `ngram_size=3.0`, ticks like 2.5, no error bars on
-    # tau, no model pair / dtype / hardware on any figure.
+    # tau, no model pair / dtype / hardware on any figure, rotated labels over half the canvas.
     rows, agg, fr = frames
     sub = report.subtitle(agg)
     assert sub == "target-7b / draft-1b · float32 · test cpu · humaneval (4 samples), mbpp (4 samples)"
+    style = plots.Style.of(agg)
     for name, (fn, needs) in plots.FIGURES.items():
         if name in TREE_FIGURES:
             continue  # tested on a node-budget sweep: test_node_budget_figure
-        fig = fn(*[fr[k] for k in needs], subtitle=sub)
+        fig = fn(*[fr[k] for k in needs], subtitle=sub, style=style)
         assert fig is not None, name
-        assert sub in fig._suptitle.get_text(), name
-        fig.canvas.draw()
-        for ax in fig.axes:
-            leg = ax.get_legend()
-            if leg is not None:   # outside the axes, to their right
-                assert leg.get_window_extent().x0 >= ax.get_window_extent().x1 - 1, name
+        assert "float32" in fig._suptitle.get_text() and "test cpu" in fig._suptitle.get_text(), name
+        assert_legible(fig, name)
         plots.plt.close(fig)
-    fig = plots.accept_length_by_decoder(fr["agg"], sub)
+    enough = metrics.aggregate(pd.DataFrame(fixture_rows("e", tasks=["humaneval"], n=6, jitter=0.02)))
+    fig = plots.accept_length_by_decoder(enough, sub)  # 6 samples: enough for an interval (the sweep has 4)
     from matplotlib.container import BarContainer
 
-    bars = [c for c in fig.axes[0].containers if isinstance(c, BarContainer)]
+    bars = [c for ax in fig.axes for c in ax.containers if isinstance(c, BarContainer)]
     assert bars and all(c.errorbar is not None for c in bars)          # error bars on tau
     plots.plt.close(fig)
     fig = plots.acceptance_by_position(fr["positions"], sub)
     fig.canvas.draw()
     assert all(float(t).is_integer() for t in fig.axes[0].get_xticks())
+    plots.plt.close(fig)
+
+
+def test_two_groups_are_panels_with_the_group_written_once(sweep, tmp_path):
+    # Before: the full group label (model pair + temperature) under every bar, overlapping; a legend wider than
+    # the plot; a decoder blue in one figure and orange in the next.
+    rows = report.load_rows([sweep])
+    other = rows.copy()
+    other["temperature"] = 0.7
+    other["run_id"] = other["run_id"].astype(str) + "-t07"
+    both = pd.concat([rows, other], ignore_index=True)
+    agg = metrics.aggregate(both)
+    assert agg["group"].nunique() >= 2
+    style = plots.Style.of(agg)
+    fig = plots.speedup_by_task(agg, "s", style)
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert len(titles) == agg["group"].nunique() and all(titles)
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    assert not any(g in lab for g in agg["group"] for lab in labels)   # the group is a panel title, not a label
+    assert_legible(fig, "speedup_by_task")
+    colours = {}
+    for ax in fig.axes:
+        names = {round(float(y), 3): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+        for patch in ax.patches:
+            name = names[round(patch.get_y() + patch.get_height() / 2, 3)]
+            colours.setdefault(name, set()).add(tuple(round(c, 4) for c in patch.get_facecolor()[:3]))
+    assert all(len(c) == 1 for c in colours.values())                   # one colour per configuration
     plots.plt.close(fig)
 
 
@@ -424,7 +487,7 @@ def test_node_budget_figure(tmp_path, caplog):
     rows_df = report.load_rows([write_run(tmp_path / "trees", rows)])
     agg = metrics.aggregate(rows_df)
     fig = plots.accept_length_vs_nodes(agg, subtitle="s")
-    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     assert texts == ["copy_tokens=0", "copy_tokens=20"]
     lines = fig.axes[0].get_lines()
     assert [list(line.get_xdata()) for line in lines] == [[16, 32, 60], [16, 32]]
@@ -447,8 +510,8 @@ def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):
         runs.append(write_run(tmp_path / "sweep" / str(i), rows))
     rows = report.load_rows([tmp_path / "sweep"])
     agg = metrics.aggregate(rows)
-    fig = plots.tokens_per_s_vs_param(agg, metrics.swept_params(rows), subtitle="s")
-    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    fig = plots.tokens_per_s_vs_param(agg, grouping.swept_params(rows), subtitle="s")
+    texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
     assert "lookahead ngram_size=3" in texts and not any(".0" in t for t in texts)
     plots.plt.close(fig)
     colours = plots.palette(25)
@@ -481,7 +544,7 @@ def test_spec_bench_round_trip(tmp_path):
     # import: the same aggregate as the original rows
     back = import_answers([tmp_path / "answers"])
     a = metrics.aggregate(ours).set_index("label")
-    b = metrics.aggregate(metrics.prepare(back)).set_index("label")
+    b = metrics.aggregate(grouping.prepare(back)).set_index("label")
     for col in ("samples", "rows", "replicates", "tokens_per_s", "speedup", "speedup_total",
                 "accept_length", "equal_to_vanilla"):
         assert b.loc["speculative", col] == pytest.approx(a.loc["speculative", col]), col
@@ -510,7 +573,7 @@ def test_spec_bench_foreign_answer_files_import(tmp_path):
         answer(1, "vicuna-7b-sps-68m-float16-temp-0.0", "a", 100, 4.0, 25)
         + answer(2, "vicuna-7b-sps-68m-float16-temp-0.0", "c", 50, 2.5, 25))
     rows = import_answers([d])
-    agg = metrics.aggregate(metrics.prepare(rows)).set_index("decoder")
+    agg = metrics.aggregate(grouping.prepare(rows)).set_index("decoder")
     sps = agg.loc["vicuna-7b-sps-68m-float16-temp-0.0"]
     assert sps["speedup"] == pytest.approx((2.5 + 2.0) / 2)
     assert sps["accept_length"] == pytest.approx(150 / 50)
@@ -544,7 +607,7 @@ def test_resumed_folder_pairs_across_processes_and_counts_cells_once(tmp_path):
 def test_acceptance_per_position_docstring_example():
     rows = pd.DataFrame({"label": ["x"], "status": ["ok"], "accepted_per_step": [[2, 0, 4]],
                          "drafted_per_step": [[4, 4, 4]]})
-    t = metrics.acceptance_per_position(rows).set_index("position")
+    t = figdata.acceptance_per_position(rows).set_index("position")
     assert t.loc[0, "rate"] == pytest.approx(2 / 3)
     assert t.loc[2, "rate"] == pytest.approx(1 / 3)
     assert t.loc[2, "conditional"] == pytest.approx(1 / 2)
@@ -561,7 +624,7 @@ def test_warm_vs_cold_pairs_configs_that_differ_only_in_pool_scope():
                            params("sample", 2)],
         "pool_scope": [None, "sample", "task", "sample", "task", "sample"],
     })
-    names = metrics.scope_free_names(rows)
+    names = figdata.scope_free_names(rows)
     assert names["lookahead"] == names["lookahead_w8n3g8_warm"] == "lookahead"  # named after the cold one
     assert names["la_w4"] == names["la_w4_warm"] == "la_w4"
     assert names["ouroboros"] == "ouroboros" and names["vanilla"] == "vanilla"
@@ -640,8 +703,9 @@ def test_real_runner_rows_carry_what_metrics_reads(tmp_path, monkeypatch):
     assert (spec["samples"], spec["rows"], spec["repeats"], spec["replicates"]) == (2, 4, 2, 2)
     assert spec["load_max"] == 64.0 and spec["rows_over_load"] == 4
     assert spec["paired_across_processes"] == 0 and spec["equality_check"] == "exact"
-    for col in ("decode_speedup", "decode_speedup_low", "ttft_s", "prefill_share", "run_identity"):
+    for col in ("decode_speedup", "ttft_s", "tpot_s", "tpot_s_p90", "prefill_share", "peak_memory_mb", "run_identity"):
         assert col in summary and not pd.isna(spec[col]), col
+    assert "decode_speedup_low" in summary and pd.isna(spec["decode_speedup_low"])  # 2 samples: n too small
     assert 0 < spec["prefill_share"] < 1
     md = (run / "summary.md").read_text()
     assert "| rows | repeats |" in md and "decode_speedup" in md and "machine load" in md
@@ -730,7 +794,7 @@ def test_sampled_rows_say_na_and_are_never_divergent(tmp_path):
     assert spec["equality_check"] == "n/a (sampled)" and pd.isna(spec["equal_to_vanilla"])
     agg = metrics.aggregate(report.load_rows([run])).set_index("label")
     assert agg.loc["speculative", "divergent_samples"] == []
-    md = metrics.to_markdown(summary.reset_index())
+    md = tables.to_markdown(summary.reset_index())
     assert next(line for line in md.splitlines() if line.startswith("| speculative")).rstrip(" |").endswith("n/a")
     c = metrics.counters(report.load_rows([run]).query("label == 'speculative'"))
     assert c["inconsistent_samples"] == [] and c["totals"]["num_steps"] == 8 * 9 + 4
@@ -746,7 +810,7 @@ def test_quality_over_seeds_has_a_t_interval_and_speedup_stays_paired(tmp_path):
     agg = metrics.aggregate(report.load_rows([tmp_path / "seeds"])).set_index("label")
     spec = agg.loc["speculative"]
     assert agg["group"].nunique() == 1 and spec["seeds"] == 3 and spec["samples"] == 4 and spec["rows"] == 12
-    assert spec["speedup"] == pytest.approx(2.0) and spec["speedup_high"] == pytest.approx(2.0)  # paired per run
+    assert spec["speedup"] == pytest.approx(2.0) and math.isnan(spec["speedup_high"])  # paired per run; n = 4
     half = 4.302653 * 0.25 / math.sqrt(3)                              # t(0.975, 2) x sd / sqrt(n)
     assert spec["accuracy"] == pytest.approx(0.5)
     assert 0.5 + half > 1.0  # the raw t-interval leaves [0, 1]; an accuracy's interval is clipped to it
@@ -754,7 +818,7 @@ def test_quality_over_seeds_has_a_t_interval_and_speedup_stays_paired(tmp_path):
     assert spec["accuracy_seed_std"] == pytest.approx(0.25)
     report.write_report([tmp_path / "seeds"], tmp_path / "rep")
     main = (tmp_path / "rep" / "main.md").read_text()
-    assert "0.500 [0.000, 1.000]" in main and "seeds" in main
+    assert "0.50 [0.00, 1.00]" in main and "seeds" in main
     assert "Student-t interval over seeds" in (tmp_path / "rep" / "report.md").read_text()
 
 
@@ -773,8 +837,8 @@ def test_quality_interval_over_seeds_unclipped_when_inside_the_unit_range(tmp_pa
 
 def test_t_quantile_matches_tables():
     for dof, q in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)):
-        assert metrics.t_quantile(0.975, dof) == pytest.approx(q, abs=1e-3)
-    assert metrics.t_quantile(0.95, 5) == pytest.approx(2.015, abs=1e-3)
+        assert stats.t_quantile(0.975, dof) == pytest.approx(q, abs=1e-3)
+    assert stats.t_quantile(0.95, 5) == pytest.approx(2.015, abs=1e-3)
 
 
 def test_decode_speedup_ttft_and_prefill_share(tmp_path):
@@ -792,13 +856,14 @@ def test_decode_speedup_ttft_and_prefill_share(tmp_path):
     assert van["decode_speedup"] == pytest.approx(1.0)
     assert spec["prefill_share"] == pytest.approx(0.8) and van["prefill_share"] == pytest.approx(0.4)
     assert spec["ttft_s"] == pytest.approx(van["ttft_s"])
-    assert spec["decode_speedup_low"] <= spec["decode_speedup"] <= spec["decode_speedup_high"]
+    assert math.isnan(spec["decode_speedup_low"])  # 4 samples: too few for an interval
     written = report.write_report([run], tmp_path / "rep", plots=True, only=["time_breakdown"])
     tex = (tmp_path / "rep" / "main.tex").read_text()
-    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 9   # samples, 5 + a group of 3
+    # samples, speedup, tau, alpha, eq., decode speedup, TTFT (tok/s, prefill and settings stay out of LaTeX)
+    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 7
     assert len(_tex_rows(tex)) == 2
     assert "figures/time_breakdown.png" in written
-    bd = metrics.time_breakdown(report.load_rows([run])).set_index("label")
+    bd = figdata.time_breakdown(report.load_rows([run])).set_index("label")
     assert bd.loc["speculative", "prefill_ms"] > 0 and bd.loc["vanilla", "decode_ms"] > 0
 
 
@@ -806,7 +871,7 @@ def test_time_breakdown_docstring_example():
     rows = pd.DataFrame({"group": ["g", "g"], "label": ["a", "b"], "status": ["ok", "ok"], "new_tokens": [10, 10],
                          "wall_time_s": [1.0, 1.0], "ttft_s": [0.2, 0.2], "draft_time_s": [None, 0.3],
                          "verify_time_s": [None, 0.6]})
-    bd = metrics.time_breakdown(rows).set_index("label")
+    bd = figdata.time_breakdown(rows).set_index("label")
     assert bd.loc["a", ["prefill_ms", "draft_ms", "verify_ms", "decode_ms", "other_ms"]].tolist() == \
         pytest.approx([20, 0, 0, 80, 0])
     assert bd.loc["b", ["prefill_ms", "draft_ms", "verify_ms", "decode_ms", "other_ms"]].tolist() == \
@@ -859,7 +924,7 @@ def test_spec_bench_export_of_sampled_seeds(tmp_path):
                                              "target-7b-vanilla-float32-temp-0.7.jsonl"]
     line = json.loads(files[0].read_text().splitlines()[0])
     assert len(line["choices"]) == 2 and len(line["choices"][0]["turns"]) == 1   # one choice per seed's run
-    back = metrics.aggregate(metrics.prepare(import_answers([tmp_path / "answers"]))).set_index("label")
+    back = metrics.aggregate(grouping.prepare(import_answers([tmp_path / "answers"]))).set_index("label")
     assert back.loc["speculative", "seeds"] == 2 and back.loc["speculative", "speedup"] == pytest.approx(2.0)
     assert back.loc["speculative", "equality_check"] == "n/a (sampled)"
 

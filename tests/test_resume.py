@@ -165,7 +165,7 @@ def test_errors_are_retried_and_counted_once(run):
 
 # ------------------------------------------------------------------------- refusal on identity mismatch
 @pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "test.jsonl").exists(), reason="needs ../shared/data/gsm8k")
-def test_issue_reproducer_changed_num_fewshot_is_refused(tmp_path, capsys):
+def test_changed_num_fewshot_is_refused(tmp_path, capsys):
     # Before: `python run.py model=tiny-random task=gsm8k data_dir=../shared/data task.limit=1
     # runner.max_new_tokens=4 'decoder=[vanilla,speculative]' hydra.run.dir=D`, then the same with
     # task.num_fewshot=0: the second run reused the 8-shot rows and rewrote meta.json to claim 0-shot.

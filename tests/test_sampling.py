@@ -23,7 +23,7 @@ from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
 from harness.app import ConfigError, main_job
-from harness.runner import RunSettings
+from harness.settings import RunSettings
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 SAMPLING = SamplingConfig(temperature=0.9, top_p=0.9, top_k=20)

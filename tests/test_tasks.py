@@ -20,7 +20,7 @@ from harness.app import build_task
 import torch
 
 from tasks import data as task_data
-from tasks.base import chat_stop_token_ids, chat_turn_markers, encode_prompt, task_stop_token_ids
+from tasks.base import chat_stop_token_ids, chat_turn_markers, encode_prompt
 from tasks.cnn_dm import CNNDailyMail, rouge, split_sentences
 from tasks.data import DataFormatError, DataNotFoundError
 from tasks.execution import run_program
@@ -171,18 +171,16 @@ def test_mbpp_prompt(mbpp_file, tokenizer):
 def test_mbpp_postprocess_and_score(mbpp_file, tokenizer):
     task = MBPP(data_path=str(mbpp_file), allow_code_execution=True, timeout_s=5)
     s11, s12 = list(task.samples())
-    task.render(s11, tokenizer, chat=False)
     good = "def double(x):\n    return x + x\n[DONE]\n\nYou are an expert"
-    assert task.postprocess(s11, good) == "def double(x):\n    return x + x\n"
-    assert task.score(s11, good) == {"pass@1": 1.0}
-    assert task.score(s11, "def double(x):\n    return x\n[DONE]") == {"pass@1": 0.0}
-    assert task.score(s12, "class Box:\n  v = 7\n[DONE]") == {"pass@1": 1.0}  # setup runs after the code
-    assert task.score(s12, "class Box:\n  v = 6\n[DONE]") == {"pass@1": 0.0}
-    task.render(s11, tokenizer, chat=True)
+    assert task.postprocess(s11, good, False) == "def double(x):\n    return x + x\n"
+    assert task.score(s11, good, False) == {"pass@1": 1.0}
+    assert task.score(s11, "def double(x):\n    return x\n[DONE]", False) == {"pass@1": 0.0}
+    assert task.score(s12, "class Box:\n  v = 7\n[DONE]", False) == {"pass@1": 1.0}  # setup runs after the code
+    assert task.score(s12, "class Box:\n  v = 6\n[DONE]", False) == {"pass@1": 0.0}
     reply = "Here you go:\n```python\ndef double(x):\n    return 2 * x\n```\n[DONE]"
-    assert task.postprocess(s11, reply) == "def double(x):\n    return 2 * x\n"
-    assert task.score(s11, reply) == {"pass@1": 1.0}
-    assert MBPP(data_path=str(mbpp_file)).score(s11, good) == {}  # execution is opt-in
+    assert task.postprocess(s11, reply, True) == "def double(x):\n    return 2 * x\n"
+    assert task.score(s11, reply, True) == {"pass@1": 1.0}
+    assert MBPP(data_path=str(mbpp_file)).score(s11, good, False) == {}  # execution is opt-in
 
 
 def test_mbpp_without_shots_is_rejected(tmp_path):
@@ -448,9 +446,10 @@ def test_gsm8k_builtin_exemplars_and_score(tmp_path, tokenizer):
     prompt = task.render(sample, tokenizer, chat=False)
     assert prompt.startswith("Q: There are 15 trees in the grove.") and prompt.count("\nA: ") == 8
     assert prompt.endswith("\n\nQ: What is 2+2?\nA:")
-    assert task.score(sample, " 2 + 2 = 4. The answer is 4.\n\nQ: What is 3+3?\nA: The answer is 6.") == {"accuracy": 1.0}
-    assert task.score(sample, " I think 5.") == {"accuracy": 0.0}
-    assert task.score(sample, " No idea.") == {"accuracy": 0.0}
+    assert task.score(sample, " 2 + 2 = 4. The answer is 4.\n\nQ: What is 3+3?\nA: The answer is 6.", False) == {
+        "accuracy": 1.0}
+    assert task.score(sample, " I think 5.", False) == {"accuracy": 0.0}
+    assert task.score(sample, " No idea.", False) == {"accuracy": 0.0}
     zero_shot = GSM8K(data_path=str(path), num_fewshot=0)
     assert zero_shot.render(next(zero_shot.samples()), tokenizer, chat=False) == "Q: What is 2+2?\nA:"
 
@@ -467,9 +466,8 @@ def test_cnn_dm_prompt_and_rouge(tmp_path, tokenizer):
     assert task.render(sample, tokenizer, chat=True) == (
         "<|im_start|>user\nArticle: The cat sat on the mat.\n\nSummarize the above article in 3 sentences."
         "<|im_end|>\n<|im_start|>assistant\n")
-    task.render(sample, tokenizer, chat=False)
-    assert task.postprocess(sample, " A cat sat.\n###\nArticle: next") == "A cat sat."
-    scores = task.score(sample, "Cat sits on mat .\nIt was happy .")
+    assert task.postprocess(sample, " A cat sat.\n###\nArticle: next", False) == "A cat sat."
+    scores = task.score(sample, "Cat sits on mat .\nIt was happy .", False)
     assert set(scores) == set(task.quality_columns) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     assert all(v == pytest.approx(1.0) for v in scores.values())
 
@@ -527,7 +525,7 @@ def test_mt_bench_two_turn_conversation(mt_file, tokenizer):
     task = MTBench(data_path=str(mt_file))
     sample = next(task.samples())
     assert sample.sample_id == "mt_bench/81" and task.turns(sample) == 2 and task.max_new_tokens == 1024
-    assert task.quality_columns == () and task.score(sample, "anything") == {}
+    assert task.quality_columns == () and task.score(sample, "anything", True) == {}
     turn0 = "<|im_start|>user\nWrite a haiku.<|im_end|>\n<|im_start|>assistant\n"
     assert task.render(sample, tokenizer, chat=True) == turn0
     assert task.render_turn(sample, tokenizer, True, 0, []) == turn0
@@ -582,7 +580,7 @@ def test_chat_style_without_template_says_what_to_change(mt_file, tokenizer):
     bare.chat_template = None
     task = MTBench(data_path=str(mt_file), prompt_style="chat")
     with pytest.raises(ValueError, match="prompt_style=completion"):
-        task.render(next(task.samples()), bare, None)
+        task.render(next(task.samples()), bare, task.uses_chat(bare))
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -660,12 +658,11 @@ def test_runner_encodes_through_the_task_rule():
     from harness.runner import Runner
 
     tok = bos_tokenizer()
-    fake = SimpleNamespace(pair=SimpleNamespace(tokenizer=tok, device="cpu"),
-                           task=SimpleNamespace(prompt_style="completion"), chat=None)
+    fake = SimpleNamespace(pair=SimpleNamespace(tokenizer=tok, device="cpu"), chat=False)
     ids = Runner._encode(fake, "def f():")
     assert ids.dtype == torch.long and tuple(ids.shape) == (1, 9)
     assert ids[0].tolist() == encode_prompt(tok, "def f():", chat=False)
-    fake.task.prompt_style = "chat"
+    fake.chat = True  # the runner's decision (Task.uses_chat), taken once per run
     assert Runner._encode(fake, "<|im_start|>user\nx<|im_end|>\n")[0, 0].item() != tok.bos_token_id
 
 
@@ -692,8 +689,7 @@ def test_tasks_declare_turn_markers_as_stop_ids_in_chat_style(mt_file, gsm8k_fil
     for task in (MTBench(data_path=str(mt_file)), GSM8K(data_path=str(gsm8k_file))):
         assert task.stop_token_ids(tokenizer, True) == markers
         assert task.stop_token_ids(tokenizer, False) == frozenset()
-        assert task_stop_token_ids(task, tokenizer, True) == markers
-    assert task_stop_token_ids(object(), tokenizer, True) == frozenset()
+        assert task.uses_chat(tokenizer) and not task.uses_chat(tokenizer, model_chat=False)
 
 
 def test_fake_user_turn_does_not_reach_the_turn_2_prompt(mt_file, tmp_path, monkeypatch):
@@ -806,4 +802,4 @@ def test_every_task_declares_its_quality_columns(mbpp_file, gsm8k_file, mt_file,
         task = cls(data_path=str(path), **({"allow_code_execution": True} if cls is MBPP else {}))
         assert tuple(task.quality_columns) == expected[cls]
         sample = next(task.samples())
-        assert set(task.score(sample, "def f():\n    pass\n[DONE] The answer is 5.")) == set(expected[cls])
+        assert set(task.score(sample, "def f():\n    pass\n[DONE] The answer is 5.", False)) == set(expected[cls])

@@ -31,20 +31,37 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def _time_forward(model: PreTrainedModel, k: int, repeats: int) -> float:
-    """Median seconds of a ``k``-token forward after :data:`CONTEXT` cached tokens (device synchronized)."""
+def time_forward(model: PreTrainedModel, k: int, repeats: int, context: torch.Tensor | None = None) -> float:
+    """Median seconds of one ``k``-token forward (all logits kept) after a cached context, device synchronized;
+    one warm-up call first.
+
+    Args:
+        model: a causal LM.
+        k: tokens fed in the timed forward (>= 1).
+        repeats: timed calls (the median is returned).
+        context: ``(1, n)`` token ids to prefill first (a real prompt); default :data:`CONTEXT` synthetic ids.
+    """
     device = model.get_input_embeddings().weight.device
-    ids = torch.arange(CONTEXT + k, device=device).remainder(1000).unsqueeze(0) + 10
+    if context is None:
+        context = (torch.arange(CONTEXT, device=device).remainder(1000) + 10).unsqueeze(0)
+    ids = torch.cat([context, context[:, -1:].repeat(1, k)], dim=1)
+    n = context.shape[1]
     times = []
     for _ in range(repeats + 1):  # the first is a warm-up
         cache = new_cache(model)
-        forward(model, ids[:, :CONTEXT], cache, logits_to_keep=1)
+        forward(model, ids[:, :n], cache, logits_to_keep=1)
         _sync(device)
         start = time.perf_counter()
-        forward(model, ids[:, CONTEXT:], cache)
+        forward(model, ids[:, n:], cache)
         _sync(device)
         times.append(time.perf_counter() - start)
     return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def forward_cost_curve(model: PreTrainedModel, sizes: list[int], repeats: int = 3,
+                       context: torch.Tensor | None = None) -> dict[int, float]:
+    """``{k: median seconds of one k-token forward}`` for each ``k`` in ``sizes`` (:func:`time_forward`)."""
+    return {k: time_forward(model, k, repeats, context) for k in sizes}
 
 
 @dataclass(frozen=True)
@@ -75,8 +92,8 @@ class ForwardCost:
         points = tuple(p for p in POINTS if p <= max(2, max_tokens))
         if points[-1] < max_tokens:
             points += (max_tokens,)
-        return cls(points, tuple(_time_forward(target, k, repeats) for k in points),
-                   tuple(_time_forward(draft, k, repeats) for k in points))
+        return cls(points, tuple(time_forward(target, k, repeats) for k in points),
+                   tuple(time_forward(draft, k, repeats) for k in points))
 
     @staticmethod
     def _interp(points: tuple[int, ...], values: tuple[float, ...], k: float) -> float:

@@ -74,11 +74,6 @@ class SamplingConfig:
         """True at temperature 0: decoders take the argmax and draw no random numbers."""
         return self.temperature == 0
 
-    @property
-    def logits_processor(self) -> LogitsProcessorList:
-        """The transformers warpers applied to raw logits (empty when greedy)."""
-        return self._processor
-
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The processed next-token distribution(s).
 

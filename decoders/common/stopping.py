@@ -40,11 +40,6 @@ def truncate_at_stop(tokens: Sequence[int], eos_token_ids: Iterable[int], max_ne
     return out
 
 
-def is_finished(tokens: Sequence[int], eos_token_ids: Iterable[int], max_new_tokens: int) -> bool:
-    """True once ``tokens`` reached ``max_new_tokens`` or contains an EOS id."""
-    return len(tokens) >= max_new_tokens or any(t in set(eos_token_ids) for t in tokens)
-
-
 def check_max_new_tokens(max_new_tokens: int) -> None:
     """Raise ``ValueError`` unless ``max_new_tokens >= 1``."""
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:

@@ -1,0 +1,58 @@
+"""Common mistakes on the command line: each is refused in one ``error:`` line with exit status 2, before torch
+or transformers is imported (so in about a second, not the 6-8 s those imports take), and without making a
+run folder. The proof that nothing heavy is imported: the command runs with stand-in ``torch`` and
+``transformers`` packages first on the path that raise on import; a refusal that needed them would die with a
+traceback (exit 1) instead. ``benchmarks/refusal_times.py`` prints how long each refusal takes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (what the user meant, the command line's arguments, a fragment the one line must hold).
+MISTAKES = [
+    ("data file that is not there", ["model=tiny-random", "task=gsm8k", "task.data_path=/no/such/gsm8k.jsonl"],
+     "task.data_path=/no/such/gsm8k.jsonl: no such file"),
+    ("CUDA on a machine without it", ["model=tiny-random", "device=cuda"], "device=cuda: "),
+    ("SLURM launcher without sbatch", ["-m", "hydra/launcher=slurm_gpu", "model=tiny-random"], "sbatch"),
+    ("two tasks without -m", ["model=tiny-random", "task=humaneval,gsm8k"], "add -m"),
+    ("two tasks as a list", ["model=tiny-random", "task=[humaneval,gsm8k]"], "task"),
+    ("a misspelt decoder", ["model=tiny-random", "decoder=[vanilla,speculativ]"], "unknown decoder 'speculativ'"),
+    ("a budget out of bounds", ["model=tiny-random", "runner.max_new_tokens=0"], "runner.max_new_tokens=0"),
+]
+
+
+def run_without_torch(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` from ``tmp_path`` with torch and transformers made unimportable."""
+    fake = tmp_path / "fake"
+    for name in ("torch", "transformers"):
+        (fake / name).mkdir(parents=True, exist_ok=True)
+        (fake / name / "__init__.py").write_text(f"raise ImportError('{name} imported before the refusal')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("what,args,fragment", MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_mistake_is_one_line_before_torch(tmp_path, what, args, fragment):
+    if "hydra/launcher=slurm_gpu" in args and any((Path(p) / "sbatch").exists()
+                                                  for p in os.environ.get("PATH", "").split(os.pathsep)):
+        pytest.skip("this machine can submit SLURM jobs")
+    proc = run_without_torch(tmp_path, args)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, (what, proc.returncode, proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], (what, lines)
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists(), what  # no run folder
+
+
+def test_the_stand_in_torch_would_be_noticed(tmp_path):
+    # the check above can fail: a command that gets past the checks imports torch and dies (exit 1)
+    proc = run_without_torch(tmp_path, ["model=tiny-random", "task.limit=1", "runner.max_new_tokens=2",
+                                        "hydra.run.dir=" + str(tmp_path / "run")])
+    assert proc.returncode == 1 and "torch imported before the refusal" in proc.stderr
