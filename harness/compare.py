@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness import coverage
 from harness.columns import SAMPLING, fmt_value, norm, num
-from harness.grouping import config_labels, prepare, quality_columns
+from harness.grouping import config_labels, prepare, quality_columns, settings_label
 from harness.metrics import paired_speedups
 from harness.stats import MIN_INTERVAL_SAMPLES, interval
 from harness.tables import fmt_cell, interval_cell, markdown
@@ -116,6 +116,8 @@ def settings_diff(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> list[str]:
 
     def values(rows: pd.DataFrame, col: str) -> str:
         vals = sorted({fmt_value(v) for v in rows[col]}) if col in rows else ["(not recorded)"]
+        if col == "git_commit":
+            vals = [v[:7] for v in vals]
         return ", ".join(vals)
 
     for col in DIFF_FIELDS:
@@ -136,10 +138,23 @@ def settings_diff(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> list[str]:
     if not out and "group_identity" in rows_a and "group_identity" in rows_b and \
             set(rows_a["group_identity"].astype(str)) != set(rows_b["group_identity"].astype(str)):
         out.append("run identity: the runs differ in a setting rows do not record (compare their meta.json)")
+    sa_, sb_ = (_settings_by_decoder(r) for r in (rows_a, rows_b))
+    for dec in (d for d in sa_ if d in sb_ and sa_[d] != sb_[d]):
+        out.append(f"settings of {dec}: A {sa_[dec] or '(none)'}, B {sb_[dec] or '(none)'}")
     da, db = set(rows_a["decoder"].astype(str)), set(rows_b["decoder"].astype(str))
     if da != db:
         only = [f"only in {s}: {', '.join(sorted(d))}" for s, d in (("A", da - db), ("B", db - da)) if d]
         out.append("decoders: " + "; ".join(only))
+    return out
+
+
+def _settings_by_decoder(rows: pd.DataFrame) -> dict[str, str]:
+    """decoder -> its settings (:func:`harness.grouping.settings_label`; several configurations joined)."""
+    if "decoder_params" not in rows:
+        return {}
+    out: dict[str, str] = {}
+    for dec, g in rows.groupby(rows["decoder"].astype(str), sort=False):
+        out[dec] = " | ".join(dict.fromkeys(settings_label(p) for p in g["decoder_params"].dropna()))
     return out
 
 

@@ -646,7 +646,7 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
             problems += _check_bounds(tschema, tvals, "task")
             problems += _check_path("task.data_path", tvals.get("data_path"))
             if tvals.get("data_path") in (None, ""):  # data_dir is read only without a data_path
-                problems += _check_path("task.data_dir", tvals.get("data_dir"))
+                problems += _check_path("data_dir", tvals.get("data_dir"))
             out["task"] = task
 
     # runner
@@ -704,6 +704,9 @@ def _check_path(key: str, value: Any) -> list[str]:
     p = Path(os.path.expanduser(os.path.expandvars(value))).resolve()
     if p.exists():
         return []
+    if key == "data_dir":
+        return [f"data_dir={value}: no such folder ({p}); point data_dir (or SPECDEC_DATA_DIR) at the folder that "
+                "holds <task>/<file>, e.g. ../shared/data, or set task.data_path to the task's file"]
     return [f"{key}={value}: no such file or folder ({p}); point it at the task's data file or its folder (e.g. "
             f"../shared/data/<task>), or leave it unset to use data_dir / SPECDEC_DATA_DIR"]
 

@@ -343,7 +343,7 @@ def _cell_theory(g: pd.DataFrame, rec: Mapping[str, Any], cost_ratio: float | No
         gamma = drafted / decode_steps if drafted and decode_steps else math.nan
     shape = draft_shape(g)
     chain = shape == "chain"  # eq. 1 models a fixed number of draft tokens in a line, nothing else
-    c, c_src = cost_ratio_of(g, cost_ratio) if drafted and chain else (math.nan, f"n/a ({shape} draft)")
+    c, c_src = cost_ratio_of(g, cost_ratio) if drafted and chain else (math.nan, f"n/a (draft shape: {shape})")
     out = {
         "draft_shape": shape,
         "acceptance_rate": alpha,

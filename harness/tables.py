@@ -198,7 +198,7 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
 
 #: Columns the LaTeX main table leaves out so that it fits a page (main.md and main.csv keep them; the settings
 #: go to the caption).
-LATEX_DROP = ("tok/s", "TPOT ms", "prefill", "settings")
+LATEX_DROP = ("tok/s", "decode speedup [95% CI]", "TTFT ms", "TPOT ms", "prefill", "settings")
 
 
 def latex_by_group(text: pd.DataFrame, caption: str, label: str) -> str:
@@ -206,12 +206,18 @@ def latex_by_group(text: pd.DataFrame, caption: str, label: str) -> str:
     caption, not in a column), without the columns of :data:`LATEX_DROP`. The first table carries the full
     caption; the others refer to it."""
     text = text[[c for c in text.columns if c not in LATEX_DROP]]
+    caption += " (tok/s, decode speedup, TTFT, TPOT and the prefill share: main.md and main.csv.)"
     if text.index.nlevels == 1:
-        return latex(text, caption, label)
+        return _small(latex(text, caption, label))
     out = []
     for i, group in enumerate(dict.fromkeys(text.index.get_level_values(0))):
         sub = text.xs(group, level=0)
         sub.columns.name = text.columns.name
         cap = f"Run group: {group}. " + (caption if i == 0 else "Columns as in the first run group's table.")
-        out.append(latex(sub, cap, f"{label}-{i + 1}"))
+        out.append(_small(latex(sub, cap, f"{label}-{i + 1}")))
     return "\n".join(out)
+
+
+def _small(tex: str) -> str:
+    """A table set in ``\\small`` (right after ``\\centering``)."""
+    return tex.replace("\\centering\n", "\\centering\n\\small\n", 1)

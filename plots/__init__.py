@@ -471,10 +471,11 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
     return fig
 
 
-#: Stacked phases of :func:`time_breakdown`: (column, legend, colour); the same colours in every report.
-PHASES = (("prefill_ms", "prefill (both models)", "#999999"), ("draft_ms", "drafting", "#E69F00"),
-          ("verify_ms", "verifying", "#0072B2"), ("decode_ms", "decode (phases not timed)", "#56B4E9"),
-          ("other_ms", "other (host, bookkeeping)", "#CC79A7"))
+#: Stacked phases of :func:`time_breakdown`: (column, legend, grey level); greys, so that no phase takes a
+#: decoder's colour (the decoders are the rows here).
+PHASES = (("prefill_ms", "prefill (both models)", "#e0e0e0"), ("draft_ms", "drafting", "#8c8c8c"),
+          ("verify_ms", "verifying", "#404040"), ("decode_ms", "decode (phases not timed)", "#b8b8b8"),
+          ("other_ms", "other (host, bookkeeping)", "#f7f7f7"))
 
 
 def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | None = None) -> Any:
@@ -490,7 +491,9 @@ def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | N
         log.info("time_breakdown skipped: rows have neither ttft_s nor draft_time_s / verify_time_s columns")
         return None
     style = style or Style()
-    phases = [p for p in PHASES if p[0] in breakdown and (breakdown[p[0]].fillna(0) > 0).any()]
+    # a phase is drawn (and in the legend) when it is visible: at least 1 % of some bar
+    total = breakdown[[p[0] for p in PHASES if p[0] in breakdown]].fillna(0).sum(axis=1)
+    phases = [p for p in PHASES if p[0] in breakdown and (breakdown[p[0]].fillna(0) > 0.01 * total).any()]
     panels = _panels(breakdown)
     fig, axes = _stacked(panels, COLUMN_WIDTH_IN, style)
     for ax, (group, sub) in zip(axes, panels):
@@ -499,7 +502,7 @@ def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | N
         left = np.zeros(len(sub))
         for col, name, colour in phases:
             vals = sub[col].fillna(0).to_numpy(dtype=float)
-            ax.barh(y, vals, 0.9, left=left, label=name, color=colour)
+            ax.barh(y, vals, 0.9, left=left, label=name, color=colour, edgecolor="black", linewidth=0.3)
             left += vals
         ax.tick_params(axis="x", labelsize=SMALL)
         ax.set_xlim(0, max(1e-9, float(left.max())) * 1.05)  # the tallest bar inside the axes

@@ -259,13 +259,22 @@ def test_compare_two_runs_paired_by_sample(tmp_path, capsys):
     assert "compared on the 5 both cover" in spec2["note"]
 
 
+def test_report_never_writes_into_a_committed_run(capsys):
+    run = Path(__file__).resolve().parent.parent / "results" / "reference" / "humaneval20-29_greedy"
+    if not run.is_dir() or not report.tracked(run):
+        pytest.skip("the committed reference run is not in this checkout")
+    before = set(run.rglob("*"))
+    assert report.main([str(run)]) == 2
+    assert "is a committed run" in capsys.readouterr().err and set(run.rglob("*")) == before
+
+
 def test_compare_names_every_difference_first(tmp_path):
     # Before: the head named task and model pair only, not that A is bf16 with 8 problems and B float32 with 3
     # on another commit; a decoder of one run only showed "-" for that run too.
     a = write_run(tmp_path / "A", fixture_rows("a", tasks=["humaneval"], n=8, identity={"dtype": "bfloat16"}))
     rows_b = [r for r in fixture_rows("b", tasks=["humaneval"], n=3, identity={"dtype": "float32",
                                                                                   "git_commit": "def456"},
-                                      lookahead_scope="sample")]
+                                      lookahead_scope="sample", gamma=6)]
     b = write_run(tmp_path / "B", rows_b)
     cmp, md = compare.write_compare(a, b, tmp_path / "cmp")
     head = md.split("\n\n")[0].splitlines()
@@ -274,6 +283,7 @@ def test_compare_names_every_difference_first(tmp_path):
     assert any(line.startswith("- git_commit: A") and "def456" in line for line in head)
     assert any(line.startswith("- problems: A 8, B 3 (B's are a subset of A's") for line in head)
     assert any("decoders: only in B: lookahead" in line for line in head)
+    assert "- settings of speculative: A gamma=4, B gamma=6" in head        # a re-tuned setting, not a regression
     look = cmp.set_index("label").loc["lookahead"]
     assert pd.isna(look.get("speedup_a")) and look["speedup_b"] > 1   # its own run's figure, not "-"
     assert (tmp_path / "cmp" / "figures" / "compare.png").is_file()
@@ -859,8 +869,8 @@ def test_decode_speedup_ttft_and_prefill_share(tmp_path):
     assert math.isnan(spec["decode_speedup_low"])  # 4 samples: too few for an interval
     written = report.write_report([run], tmp_path / "rep", plots=True, only=["time_breakdown"])
     tex = (tmp_path / "rep" / "main.tex").read_text()
-    # samples, speedup, tau, alpha, eq., decode speedup, TTFT (tok/s, prefill and settings stay out of LaTeX)
-    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 7
+    # samples, speedup, tau, alpha, eq. (tok/s, decode speedup, TTFT, TPOT, prefill, settings: main.md only)
+    assert re.search(r"\\begin\{tabular\}\{l(r+)\}", tex).group(1) == "r" * 5
     assert len(_tex_rows(tex)) == 2
     assert "figures/time_breakdown.png" in written
     bd = figdata.time_breakdown(report.load_rows([run])).set_index("label")

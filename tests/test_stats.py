@@ -67,7 +67,7 @@ def test_theory_only_for_fixed_length_chains():
     assert chain.loc["speculative", "theory_speedup"] > 0
     dynamic = _agg([{**r, "draft_shape": "dynamic chain"} for r in rows])
     assert math.isnan(dynamic.loc["speculative", "theory_speedup"])
-    assert dynamic.loc["speculative", "cost_ratio_source"] == "n/a (dynamic chain draft)"
+    assert dynamic.loc["speculative", "cost_ratio_source"] == "n/a (draft shape: dynamic chain)"
     legacy = _agg(rows)  # rows without the column: only speculative* counts as a chain
     assert legacy.loc["speculative", "theory_speedup"] > 0
 
