@@ -20,8 +20,10 @@ PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 #: Overrides that make a preset a smoke run (its sweeps stay: a grid figure needs them).
 TINY = ["model=tiny-random", "model.dtype=float32", "task.limit=1", "runner.max_new_tokens=4", "runner.warmup=0"]
 #: Per preset: what the tiny pair cannot do (its two models' vocabularies differ, so transformers' assisted
-#: generation refuses to sample with them).
-EXTRA = {"sampled_heldout_humaneval": ["decoder=[vanilla,speculative_tuned,prompt_lookup_tuned]"]}
+#: generation refuses to sample with them), and long sweeps cut to two values each (a figure needs two).
+EXTRA = {"sampled_heldout_humaneval": ["decoder=[vanilla,speculative_tuned,prompt_lookup_tuned]"],
+         "gamma_ablation": ["decoder.speculative.gamma=2,4"],
+         "lookahead_sweep": ["decoder.lookahead.window_size=5,10", "decoder.lookahead.ngram_size=3"]}
 
 
 def claimed(name: str) -> tuple[list[str], set[str]]:
