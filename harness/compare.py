@@ -131,7 +131,9 @@ def settings_diff(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> list[str]:
     if sa != sb:
         rel = ("B's are a subset of A's" if sb < sa else "A's are a subset of B's" if sa < sb
                else f"{len(sa & sb)} shared")
-        out.append(f"problems: A {len(sa)}, B {len(sb)} ({rel}; figures compared on the shared ones)")
+        how = ("figures compared on the shared ones" if sa & sb else
+               "no problem in common: each run's figures on its own problems, no ratio")
+        out.append(f"problems: A {len(sa)}, B {len(sb)} ({rel}; {how})")
     ra, rb = (int(num(r["repeat"]).nunique()) if "repeat" in r else 1 for r in (rows_a, rows_b))
     if ra != rb:
         out.append(f"repeats: A {ra}, B {rb}")

@@ -621,6 +621,7 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
     out: dict[str, Any] = {k: plain.get(k) for k in ("device", "data_dir", "output_dir") if k in plain}
     if "device" in plain:
         problems += _check_device(plain["device"])
+    problems += _check_path("data_dir", plain.get("data_dir"))
 
     # model
     model = _typed(ModelConfig, plain.get("model"), "model", problems)
@@ -645,8 +646,6 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
             tvals = OmegaConf.to_container(task)
             problems += _check_bounds(tschema, tvals, "task")
             problems += _check_path("task.data_path", tvals.get("data_path"))
-            if tvals.get("data_path") in (None, ""):  # data_dir is read only without a data_path
-                problems += _check_path("data_dir", tvals.get("data_dir"))
             out["task"] = task
 
     # runner

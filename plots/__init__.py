@@ -188,7 +188,9 @@ def short_groups(groups: Sequence[str]) -> dict[str, str]:
         tail += 1
     out = {}
     for g, w in zip(groups, words):
-        short = " ".join(w[head:len(w) - tail]).strip(" :()")
+        short = " ".join(w[head:len(w) - tail]).strip(" :")
+        if short.startswith("(") and short.endswith(")"):
+            short = short[1:-1]
         out[str(g)] = short or str(g)
     return out
 
@@ -375,7 +377,13 @@ def _lines_height(series: Sequence[tuple[str, str, pd.DataFrame]]) -> float:
 def _lines(axes: Any, series: list[tuple[str, str, pd.DataFrame]], x: str, left: str, groups: list[str]) -> None:
     """Left panel ``left`` against ``x``; right panel speedup with its CI; colour per series, line style per run
     group; a legend of series and, with several groups, one of groups (each named once)."""
-    colours = dict(zip(dict.fromkeys(name for name, _, _ in series), palette(len(series))))
+    names = list(dict.fromkeys(name for name, _, _ in series))
+    by_family: dict[str, list[str]] = {}
+    for name in names:  # a decoder's family colour, as in every other figure; shades for its series
+        by_family.setdefault(family(name.split(" ")[0]) or name, []).append(name)
+    others = iter(OTHER_COLOURS * 4)
+    colours = {n: _shade(FAMILY_COLOURS.get(fam) or next(others), i, len(ns))
+               for fam, ns in by_family.items() for i, n in enumerate(ns)}
     for name, group, s in series:
         ls = GROUP_STYLES[groups.index(group) % len(GROUP_STYLES)]
         s = s.assign(_x=pd.to_numeric(s[x], errors="coerce")).sort_values("_x")

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MISTAKES = [
     ("data file that is not there", ["model=tiny-random", "task=gsm8k", "task.data_path=/no/such/gsm8k.jsonl"],
      "task.data_path=/no/such/gsm8k.jsonl: no such file"),
+    ("a data folder that is not there", ["model=tiny-random", "data_dir=/no/such/dir"],
+     "data_dir=/no/such/dir: no such folder"),
     ("CUDA on a machine without it", ["model=tiny-random", "device=cuda"], "device=cuda: "),
     ("SLURM launcher without sbatch", ["-m", "hydra/launcher=slurm_gpu", "model=tiny-random"], "sbatch"),
     ("two tasks without -m", ["model=tiny-random", "task=humaneval,gsm8k"], "add -m"),
