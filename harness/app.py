@@ -54,8 +54,9 @@ def build_task(task_cfg: Any) -> Any:
 
 
 def build_task_or_refuse(task_cfg: Any) -> Any:
-    """:func:`build_task`, with a task data file that is missing or corrupt refused as :class:`ConfigError` (one
-    line, exit status 2 in ``run.py``) instead of Hydra's instantiation traceback."""
+    """:func:`build_task`, with a task data file that is missing or corrupt, or a setting the data makes
+    impossible (``task.offset`` past the last problem), refused as :class:`ConfigError` (one line, exit status 2
+    in ``run.py``) instead of Hydra's instantiation traceback."""
     from hydra.errors import InstantiationException
 
     from tasks.data import DataFormatError, DataNotFoundError
@@ -64,7 +65,7 @@ def build_task_or_refuse(task_cfg: Any) -> Any:
         return build_task(task_cfg)
     except InstantiationException as e:
         cause = e.__cause__
-        if isinstance(cause, (DataNotFoundError, DataFormatError)):
+        if isinstance(cause, (DataNotFoundError, DataFormatError, ValueError)):  # a missing file, a bad setting
             raise ConfigError(" ".join(str(cause).split())) from None
         raise
 
