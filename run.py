@@ -6,6 +6,7 @@ Examples:
     python run.py model=tiny-random task.limit=2 decoder=[vanilla,speculative]
     python run.py -m decoder=[vanilla,speculative] decoder.speculative.gamma=2,4,6
     python run.py list [decoder ...]                       # configs with one-line descriptions
+    python run.py list decoder=speculative                 # a config's settings: value, default, bound, meaning
 
 A config that cannot run (an unknown name or key, a value out of bounds; :mod:`harness.config`) is refused
 before anything runs: one ``error: ...`` line per problem on stderr, exit status 2.
@@ -35,20 +36,21 @@ def refuse(error: ConfigError) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    from harness.app import main_job  # torch and transformers: only once the command line passed precheck
+    from harness.app import discard_refused_run_dir, main_job  # torch and transformers: only past precheck
 
     try:
         return main_job(cfg)
-    except ConfigError as e:  # a job of a sweep whose values came from the experiment file
+    except ConfigError as e:  # a value only the job can check (sample ids, the data), or a sweep's job
+        discard_refused_run_dir()  # the folder Hydra made, if it holds nothing but its own files and logs
         refuse(e)
         return None
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["list"]:
-        print(list_configs(sys.argv[2:]))
-        sys.exit(0)
     try:
+        if sys.argv[1:2] == ["list"]:
+            print(list_configs(sys.argv[2:]))
+            sys.exit(0)
         precheck(sys.argv[1:])
     except ConfigError as e:
         refuse(e)

@@ -97,7 +97,8 @@ def equality(args) -> int:
     target = base.to(device=device, dtype=dtype).eval()
     draft = make_noisy_draft(build_tiny_random(TINY, seed=0, vocab_size=len(tok))).to(device=device, dtype=dtype).eval()
     eos = collect_eos_token_ids(tok, target.generation_config)
-    prompts = [torch.tensor([tok(p, add_special_tokens=False).input_ids], device=device) for p in PROMPTS]
+    chosen = PROMPTS[:args.equality_prompts] if args.equality_prompts else PROMPTS
+    prompts = [torch.tensor([tok(p, add_special_tokens=False).input_ids], device=device) for p in chosen]
     names = available("decoder")
     vanilla_dec = _build("vanilla", target, draft, eos, tok)
     ref = [vanilla_dec.generate(ids, args.max_new_tokens).token_ids for ids in prompts]
@@ -220,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--shapes", default="qwen2.5-1.5b", choices=sorted(SHAPES))
-    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=2, help="timing: prompts per decoder")
+    parser.add_argument("--equality-prompts", type=int, default=0,
+                        help="equality: the first N test prompts (0: all of them)")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--decoders", default=",".join(TIMED))

@@ -5,7 +5,8 @@
 #                                                               # project needs beyond torch (gpu_requirements.txt),
 #                                                               # for CPython 3.12 on x86_64 Linux, ~42 MB
 #   bash benchmarks/gpu_check.sh --wheels .gpu_wheels [OUT]     # on the GPU machine: < 8 min on one H200
-#   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes (CI, 1-2 min)
+#   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes and 3 of
+#                                                               # the 12 equality prompts (CI, about 1 min)
 #
 # On the GPU machine (Python 3.12, torch with CUDA and an older transformers preinstalled, nothing else of ours):
 # a virtual environment that sees the system's torch gets the carried wheels (pip --no-index), then
@@ -82,7 +83,7 @@ if [ "$MODE" = dry ]; then
   DEV=cpu
   TIMING=(--shapes tiny --dtype float32 --max-new-tokens 16 --prompts 1 --prompt-tokens 48 --repeats 1 --threads 1)
   OVERHEAD=(--rounds 1 --prompts 1 --max-new-tokens 16)
-  EQ=(--max-new-tokens 16)
+  EQ=(--max-new-tokens 16 --equality-prompts 3)   # the script's paths, not the proof: tests/test_lossless.py
 else
   DEV=cuda
   TIMING=(--shapes qwen2.5-1.5b --dtype bfloat16 --max-new-tokens 128 --prompts 2 --prompt-tokens 128 --repeats 2)

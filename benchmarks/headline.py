@@ -14,7 +14,7 @@ Usage::
 
     python benchmarks/headline.py            # regenerate docs/results/<name>/ and the README block
     python benchmarks/headline.py --check    # exit 1 when the README block or a committed table differs from
-                                             # what the rows give now (figures are regenerated, not compared)
+                                             # what the rows give now (tables only, as references.py --check)
 
 Exit status: 0 up to date / written; 1 ``--check`` found a difference (the diff is printed); 2 a race folder or
 the README markers are missing. Imports no torch: pandas and the harness's report/metrics only.
@@ -79,7 +79,7 @@ def _schema_defaults(target: str) -> tuple[list[str], dict[str, Any]]:
     :mod:`harness.config`; ``([], {})`` when unknown."""
     from dataclasses import MISSING, fields
 
-    from harness.config import DECODER_SCHEMAS
+    from harness.schemas import DECODER_SCHEMAS
 
     schema = DECODER_SCHEMAS.get(target)
     if schema is None:
@@ -198,14 +198,15 @@ def splice(readme: str, block: str) -> str:
     return readme[:start + len(BEGIN)] + "\n" + block.rstrip("\n") + "\n" + readme[end:]
 
 
-def generate(out_root: Path) -> tuple[str, dict[str, Path]]:
-    """Write every headline's report under ``out_root/<name>/``; returns (the README block text, written files)."""
+def generate(out_root: Path, plots: bool = True) -> tuple[str, dict[str, Path]]:
+    """Write every headline's report under ``out_root/<name>/`` (its figures too when ``plots``); returns (the
+    README block text, written files)."""
     blocks, written = [], {}
     for h in HEADLINES:
         race = ROOT / h.race
         if not race.is_dir():
             raise FileNotFoundError(f"{h.race} does not exist (the race rows of headline {h.name!r})")
-        files = report.write_report([race], out_dir=out_root / h.name, plots=True)
+        files = report.write_report([race], out_dir=out_root / h.name, plots=plots)
         written.update({f"{h.name}/{k}": v for k, v in files.items()})
         block = headline_block(h, report.load_rows([race]))
         if h.in_readme:
@@ -227,21 +228,20 @@ def main(argv: list[str] | None = None) -> int:
     readme_path, docs = Path(args.readme), Path(args.docs)
     readme = readme_path.read_text()
     try:
+        splice(readme, "")  # the markers, before any report is generated
         if not args.check:
             block, _ = generate(docs)
             readme_path.write_text(splice(readme, block))
             print(f"wrote {docs}/ and the headline block of {readme_path}")
             return 0
-        with tempfile.TemporaryDirectory() as tmp:
-            block, written = generate(Path(tmp))
+        with tempfile.TemporaryDirectory() as tmp:  # tables only: figure bytes depend on the matplotlib build
+            block, written = generate(Path(tmp), plots=False)
             diffs = []
             new_readme = splice(readme, block)
             if new_readme != readme:
                 diffs += difflib.unified_diff(readme.splitlines(), new_readme.splitlines(), str(readme_path),
                                               "generated", lineterm="")
             for rel, path in sorted(written.items()):
-                if path.suffix in (".png", ".pdf"):  # figures: regenerated, not compared byte for byte
-                    continue
                 committed = docs / rel
                 new = path.read_text()
                 old = committed.read_text() if committed.exists() else ""

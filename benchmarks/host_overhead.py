@@ -69,7 +69,9 @@ def _decoders(names: list[str], target, draft, tok) -> dict:
     from harness.models import ModelPair
 
     pair = ModelPair(target, draft, tok, "tiny-random", "tiny-random-twin", target.dtype, target.device)
-    return {name: build_decoder(name, pair, eos_token_ids=frozenset()) for name in names}
+    from harness.precheck import decoder_key
+
+    return {decoder_key(name): build_decoder(name, pair, eos_token_ids=frozenset()) for name in names}
 
 
 def measure(args) -> dict:

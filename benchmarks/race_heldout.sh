@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The held-out races (and the temperature-0.7 run), after the tuning step has written the
-# conf/decoder/*_tuned.yaml configs (docs/experiments.md, "Tuning protocol"): runs the presets in sequence,
+# conf/decoder/tuned/*_tuned.yaml configs (docs/experiments.md, "Tuning protocol"): runs the presets in sequence,
 # each into a fixed folder under $OUT, then writes each one's report (tables + figures) and one report over the
 # three greedy races (one block of rows per task). Untimed smoke runs: pass overrides, e.g.
 #   OUT=/tmp/smoke bash benchmarks/race_heldout.sh model=tiny-random task.limit=1 runner.max_new_tokens=4 runner.repeats=1
 # (the tiny-random pair's vocab sizes differ, so hf_assisted refuses to sample there: smoke the sampled preset
-#  with RACES=sampled ... 'decoder=[vanilla,hf_greedy,speculative_tuned,prompt_lookup_tuned]').
+#  with RACES=sampled ... 'decoder=[vanilla,hf_greedy,tuned/speculative_tuned,tuned/prompt_lookup_tuned]').
 #
 #   bash benchmarks/race_heldout.sh                 # all four, ~8.6 h on the 2-core CPU (docs/experiments.md, "Cost")
 #   RACES="humaneval" bash benchmarks/race_heldout.sh

@@ -1,11 +1,11 @@
-"""Pick each decoder family's best setting from tuning runs on the dev split; write ``conf/decoder/<family>_tuned.yaml``.
+"""Pick each decoder family's best setting from tuning runs on the dev split; write ``conf/decoder/tuned/<family>_tuned.yaml``.
 
 Step 2 of the tuning protocol (docs/experiments.md, "Tuning protocol")::
 
     python run.py experiment=tune_all                 # HumanEval dev problems, every family's grid, one vanilla
     python run.py experiment=tune_all_mbpp            # the same grid on MBPP's validation split
     python benchmarks/tune.py results/tuning/tune_all results/tuning/tune_all_mbpp --combine task [--metric speedup]
-    python run.py experiment=race_heldout_humaneval   # the held-out race runs the *_tuned configs by name
+    python run.py experiment=race_heldout_humaneval   # the held-out race runs tuned/<family>_tuned by name
 
 Rows are read with :func:`harness.report.load_rows` and aggregated by :func:`harness.metrics.aggregate` (the one
 aggregation module: paired speedup vs the same run's vanilla, its seeded 95 % bootstrap interval, accept length,
@@ -50,7 +50,9 @@ that a later run can check that it uses the config on the dtype and machine it w
 
 Writes (unless ``--dry-run``) ``<conf-dir>/<family>_tuned.yaml``: a decoder config with the schema default line
 and a header naming the tuning runs, the split, the machine, the metric and its value; the file is then composed
-and validated with :func:`harness.config.compose`. An existing file with other contents is replaced only with
+and validated with :func:`harness.config.compose`. The default ``<conf-dir>`` is ``conf/decoder/tuned/``, the
+generated configs' own folder beside the hand-written ones: selected as ``decoder=[vanilla,tuned/<family>_tuned]``,
+their rows and overrides keep the name ``<family>_tuned`` (``decoder.speculative_tuned.gamma=...``). An existing file with other contents is replaced only with
 ``--force``. Exit status: 0 every requested family written, 1 some family refused, 2 refused input.
 """
 
@@ -73,7 +75,8 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from harness import columns, grouping, metrics  # noqa: E402
-from harness.config import SCHEMAS, TUNED_ON_PREFIX, OptTreeConfig, OuroborosConfig  # noqa: E402
+from harness.config import TUNED_GROUP, TUNED_ON_PREFIX  # noqa: E402
+from harness.schemas import SCHEMAS, OptTreeConfig, OuroborosConfig  # noqa: E402
 from harness.report import load_rows  # noqa: E402
 from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS  # noqa: E402
 
@@ -200,7 +203,7 @@ def schema_name(target: str) -> str:
     for name, schema in SCHEMAS["decoder"].items():
         if schema._target_ == target:
             return name
-    raise Refused(f"no decoder schema for {target} in harness/config.py")
+    raise Refused(f"no decoder schema for {target} in harness/schemas.py")
 
 
 def compact_ids(ids: Sequence[Any]) -> str:
@@ -436,7 +439,7 @@ def table(choices: Sequence[Choice], metric: str) -> str:
 
 def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.DataFrame, any_split: bool,
                allow_half_divergence: bool = False, combine: Sequence[str] = ()) -> str:
-    """The text of ``conf/decoder/<family>_tuned.yaml`` for a chosen point (``combine``: what ``--combine``
+    """The text of ``conf/decoder/tuned/<family>_tuned.yaml`` for a chosen point (``combine``: what ``--combine``
     admitted, stated in the header)."""
     p = choice.chosen
     assert p is not None
@@ -496,23 +499,24 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
         header.append("# Other points: " + ", ".join(f"{q.name} {q.score:.3f}" for q in others) + ".")
     body = {k: p.node[k] for k in ("_target_", "_partial_", "uses_draft") if k in p.node}
     body.update(p.params)
-    defaults = (f"defaults:\n  - {schema_name(p.node['_target_'])}   # schema: harness/config.py (unknown keys and "
-                "bad values are refused)\n  - _self_\n")
+    defaults = (f"defaults:\n  - /decoder/{schema_name(p.node['_target_'])}@_here_   # schema: harness/schemas.py "
+                "(unknown keys and bad values are refused)\n  - _self_\n")
     return "\n".join(header) + "\n" + defaults + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
 
 
 def validate_written(conf_dir: Path, name: str) -> None:
-    """Compose ``decoder=[vanilla,<name>]`` with the conf tree holding ``conf_dir`` (harness.config.compose:
-    schema, types and bounds). Raises ConfigError. Skipped when ``conf_dir`` is not a conf tree's decoder folder."""
-    root = conf_dir.parent
-    if conf_dir.name != "decoder" or not (root / "config.yaml").is_file():
+    """Compose ``decoder=[vanilla,tuned/<name>]`` with the conf tree holding ``conf_dir`` (harness.config.compose:
+    schema, types and bounds). Raises ConfigError. Skipped when ``conf_dir`` is not a conf tree's
+    ``decoder/tuned`` folder."""
+    root = conf_dir.parent.parent
+    if (conf_dir.name, conf_dir.parent.name) != ("tuned", "decoder") or not (root / "config.yaml").is_file():
         return
     from hydra.core.global_hydra import GlobalHydra
 
     from harness.config import compose
 
     GlobalHydra.instance().clear()
-    compose([f"decoder=[vanilla,{name}]"], config_dir=root.resolve())
+    compose([f"decoder=[vanilla,{TUNED_GROUP}/{name}]"], config_dir=root.resolve())
 
 
 def _combine_arg(text: str) -> list[str]:
@@ -536,8 +540,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "the header); default: such points are not candidates")
     parser.add_argument("--family", action="append", choices=FAMILIES,
                         help="tune only these families (repeatable); default: all, each refused when it has no points")
-    parser.add_argument("--conf-dir", default=str(ROOT / "conf" / "decoder"),
-                        help="where <family>_tuned.yaml is written (default: conf/decoder)")
+    parser.add_argument("--conf-dir", default=str(ROOT / "conf" / "decoder" / TUNED_GROUP),
+                        help=f"where <family>_tuned.yaml is written (default: conf/decoder/{TUNED_GROUP})")
     parser.add_argument("--tie-tolerance", type=float, default=0.005,
                         help="scores within this of the best are ties, broken by the narrower interval (default 0.005)")
     parser.add_argument("--any-split", action="store_true", help="allow rows outside the dev split (said in the header)")

@@ -29,9 +29,9 @@ from decoders.common.checks import check_input_ids
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.types import DecodeResult, FirstTokenStreamer, StepRecord, Stopwatch
+from decoders.settings import HFAssistedSettings as S
+from declare import check_args
 
-#: ``num_assistant_tokens_schedule`` values transformers knows.
-SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
 
 class _ForwardCounter:
@@ -183,20 +183,16 @@ class HFAssistedDecoder(_TransformersGenerate):
         self,
         target_model: PreTrainedModel,
         draft_model: PreTrainedModel | None,
-        gamma: int | None = None,
-        num_assistant_tokens_schedule: str | None = None,
-        assistant_confidence_threshold: float | str | None = None,
+        gamma: int | None = S.gamma,
+        num_assistant_tokens_schedule: str | None = S.num_assistant_tokens_schedule,
+        assistant_confidence_threshold: float | str | None = S.assistant_confidence_threshold,
         eos_token_ids: Iterable[int] = (),
         tokenizer: Any = None,
         sampling: SamplingConfig = GREEDY,
     ):
         if draft_model is None:
             raise ValueError("hf_assisted needs a draft model: choose a model pair with a draft")
-        if gamma is not None and (not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1):
-            raise ValueError(f"gamma (num_assistant_tokens) must be an integer >= 1 or null, got {gamma!r}")
-        if num_assistant_tokens_schedule is not None and num_assistant_tokens_schedule not in SCHEDULES:
-            raise ValueError(f"num_assistant_tokens_schedule must be one of {SCHEDULES} or null, "
-                             f"got {num_assistant_tokens_schedule!r}")
+        check_args(S, dict(gamma=gamma, num_assistant_tokens_schedule=num_assistant_tokens_schedule))
         super().__init__(target_model, eos_token_ids, sampling)
         self.draft_model = draft_model
         # transformers decides "same tokenizer" by config.vocab_size; padded sizes may differ although the

@@ -48,13 +48,14 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_bool, check_int, check_pool_scope
 from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.kv_cache import check_rollback
 from decoders.common.lookahead_step import LookaheadBranches, LookaheadPlan, max_depth_after
 from decoders.common.ngram_pool import NGramPool
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.settings import LookaheadSettings as S
+from declare import check_args
 
 
 class LookaheadDecoder:
@@ -99,22 +100,19 @@ class LookaheadDecoder:
     def __init__(
         self,
         target_model: PreTrainedModel,
-        window_size: int = 5,
-        ngram_size: int = 4,
-        guess_set_size: int = 5,
-        pool_scope: str = "sample",
-        seed: int = 0,
-        pool_from_prompt: bool = False,
+        window_size: int = S.window_size,
+        ngram_size: int = S.ngram_size,
+        guess_set_size: int = S.guess_set_size,
+        pool_scope: str = S.pool_scope,
+        seed: int = S.seed,
+        pool_from_prompt: bool = S.pool_from_prompt,
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
+        check_args(S, locals())
         self.target_model = target_model
-        self.window_size = check_int("window_size (W)", window_size, 1)
-        self.ngram_size = check_int("ngram_size (N)", ngram_size, 2)
-        self.guess_set_size = check_int("guess_set_size (G)", guess_set_size, 0)
-        self.pool_scope = check_pool_scope(pool_scope)
-        self.seed = check_int("seed", seed, 0)
-        self.pool_from_prompt = check_bool("pool_from_prompt", pool_from_prompt)
+        self.window_size, self.ngram_size, self.guess_set_size = window_size, ngram_size, guess_set_size
+        self.pool_scope, self.seed, self.pool_from_prompt = pool_scope, seed, pool_from_prompt
         check_rollback(target_model, "target model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sampling = sampling

@@ -44,7 +44,6 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_bool, check_int
 from decoders.common.cost import ForwardCost
 from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.forward import forward, new_cache
@@ -56,6 +55,8 @@ from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import tree_attention
 from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.settings import OptTreeSettings as S
+from declare import check_args
 
 #: Longest suffix n-gram the hybrid tree looks up in the context (prompt lookup's ``max_ngram_size``).
 COPY_NGRAM = 3
@@ -96,27 +97,22 @@ class OptTreeDecoder:
         self,
         target_model: PreTrainedModel,
         draft_model: PreTrainedModel | None,
-        num_nodes: int = 60,
-        threshold: float = 0.5,
-        max_depth: int = 10,
-        cost_aware: bool = False,
-        copy_tokens: int = 0,
-        draft_on_copy: bool = True,
+        num_nodes: int = S.num_nodes,
+        threshold: float = S.threshold,
+        max_depth: int = S.max_depth,
+        cost_aware: bool = S.cost_aware,
+        copy_tokens: int = S.copy_tokens,
+        draft_on_copy: bool = S.draft_on_copy,
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
+        check_args(S, locals())
         if draft_model is None:
             raise ValueError("the opt_tree decoder needs a draft model: choose a model pair with a draft")
         self.target_model = target_model
         self.draft_model = draft_model
-        self.num_nodes = check_int("num_nodes (node budget)", num_nodes, 1)
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
-            raise ValueError(f"threshold must be a number >= 0 (gain in expected accept length), got {threshold!r}")
-        self.threshold = float(threshold)
-        self.max_depth = check_int("max_depth", max_depth, 1)
-        self.cost_aware = check_bool("cost_aware", cost_aware)
-        self.copy_tokens = check_int("copy_tokens", copy_tokens, 0)
-        self.draft_on_copy = check_bool("draft_on_copy", draft_on_copy)
+        self.num_nodes, self.threshold, self.max_depth = num_nodes, float(threshold), max_depth
+        self.cost_aware, self.copy_tokens, self.draft_on_copy = cost_aware, copy_tokens, draft_on_copy
         check_rollback(target_model, "target model", self.name)
         check_rollback(draft_model, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)

@@ -72,7 +72,6 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_bool, check_fraction, check_int, check_pool_scope
 from decoders.common.driver import DraftTree, Verdict, decode
 from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids, pair_vocab
 from decoders.common.kv_cache import check_rollback
@@ -81,6 +80,8 @@ from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.common.stopping import truncate_at_stop
 from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.settings import OuroborosSettings as S
+from declare import check_args
 
 log = logging.getLogger(__name__)
 
@@ -262,39 +263,33 @@ class OuroborosDecoder:
         self,
         target_model: PreTrainedModel,
         draft_model: PreTrainedModel | None,
-        gamma: int = 6,
-        window_size: int = 4,
-        ngram_size: int = 4,
-        guess_set_size: int = 4,
-        topk: int = 3,
-        pool_scope: str = "sample",
-        seed: int = 0,
-        pool_from_prompt: bool = False,
-        free_draft_min_match: int = 0,
-        draft_vocab_size: int = 0,
-        stop_confidence: float = 0.0,
-        branch_confidence: float = 0.0,
-        max_branches: int = 1,
+        gamma: int = S.gamma,
+        window_size: int = S.window_size,
+        ngram_size: int = S.ngram_size,
+        guess_set_size: int = S.guess_set_size,
+        topk: int = S.topk,
+        pool_scope: str = S.pool_scope,
+        seed: int = S.seed,
+        pool_from_prompt: bool = S.pool_from_prompt,
+        free_draft_min_match: int = S.free_draft_min_match,
+        draft_vocab_size: int = S.draft_vocab_size,
+        stop_confidence: float = S.stop_confidence,
+        branch_confidence: float = S.branch_confidence,
+        max_branches: int = S.max_branches,
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
+        check_args(S, locals())
         if draft_model is None:
             raise ValueError("the ouroboros decoder needs a draft model: choose a model pair with a draft")
         self.target_model = target_model
         self.draft_model = draft_model
-        self.gamma = check_int("gamma (draft tokens per step)", gamma, 1)
-        self.window_size = check_int("window_size (W)", window_size, 1)
-        self.ngram_size = check_int("ngram_size (N)", ngram_size, 2)
-        self.guess_set_size = check_int("guess_set_size (G)", guess_set_size, 0)
-        self.topk = check_int("topk (candidate suffixes)", topk, 0)
-        self.pool_scope = check_pool_scope(pool_scope)
-        self.seed = check_int("seed", seed, 0)
-        self.pool_from_prompt = check_bool("pool_from_prompt", pool_from_prompt)
-        self.free_draft_min_match = check_int("free_draft_min_match (0 = off)", free_draft_min_match, 0)
-        self.draft_vocab_size = check_int("draft_vocab_size (0 = off)", draft_vocab_size, 0)
-        self.stop_confidence = check_fraction("stop_confidence", stop_confidence)
-        self.branch_confidence = check_fraction("branch_confidence", branch_confidence)
-        self.max_branches = check_int("max_branches", max_branches, 1)
+        self.gamma, self.topk = gamma, topk
+        self.window_size, self.ngram_size, self.guess_set_size = window_size, ngram_size, guess_set_size
+        self.pool_scope, self.seed, self.pool_from_prompt = pool_scope, seed, pool_from_prompt
+        self.free_draft_min_match, self.draft_vocab_size = free_draft_min_match, draft_vocab_size
+        self.stop_confidence, self.branch_confidence = float(stop_confidence), float(branch_confidence)
+        self.max_branches = max_branches
         check_rollback(target_model, "target model", self.name)
         check_rollback(draft_model, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)

@@ -32,6 +32,8 @@ from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.settings import PromptLookupSettings as S
+from declare import check_args
 
 
 class PromptLookupDecoder:
@@ -60,16 +62,13 @@ class PromptLookupDecoder:
     def __init__(
         self,
         target_model: PreTrainedModel,
-        max_ngram_size: int = 3,
-        num_draft_tokens: int = 10,
-        min_ngram_size: int = 1,
+        max_ngram_size: int = S.max_ngram_size,
+        num_draft_tokens: int = S.num_draft_tokens,
+        min_ngram_size: int = S.min_ngram_size,
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
-        for name, value, minimum in (("max_ngram_size", max_ngram_size, 1), ("num_draft_tokens", num_draft_tokens, 1),
-                                     ("min_ngram_size", min_ngram_size, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        check_args(S, locals())
         if min_ngram_size > max_ngram_size:
             raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size})")
         check_rollback(target_model, "target model", self.name)

@@ -27,14 +27,9 @@ from decoders.common.forward import forward, new_cache
 from decoders.common.heads import pair_vocab
 from decoders.common.kv_cache import check_rollback, crop
 from decoders.common.sampling import GREEDY, SamplingConfig, sample_token
+from decoders.settings import SpeculativeSettings as S
+from declare import check_args
 from decoders.types import DecodeResult, StepRecord, Stopwatch
-
-
-def check_gamma(gamma: int) -> int:
-    """Return ``gamma`` if it is an integer >= 1, else raise ``ValueError``."""
-    if not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1, got {gamma!r}")
-    return gamma
 
 
 class SpeculativeDecoder:
@@ -65,15 +60,16 @@ class SpeculativeDecoder:
         self,
         target_model: PreTrainedModel,
         draft_model: PreTrainedModel | None,
-        gamma: int = 4,
+        gamma: int = S.gamma,
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
+        check_args(S, locals())
         if draft_model is None:
             raise ValueError("the speculative decoder needs a draft model: choose a model pair with a draft")
         self.target_model = target_model
         self.draft_model = draft_model
-        self.gamma = check_gamma(gamma)
+        self.gamma = gamma
         check_rollback(target_model, "target model", self.name)
         check_rollback(draft_model, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from decoders.common.sampling import GREEDY, SamplingConfig
 from harness.app import CONF_DIR, supplied_arguments
 from harness.app import build_decoder as app_build_decoder
-from harness.precheck import available
+from harness.precheck import available, decoder_key
 from harness.models import ModelPair, load_pair
 from tasks.base import encode_prompt
 
@@ -82,8 +82,9 @@ def build_decoder(name: str, pair: ModelPair, *, eos_token_ids: Iterable[int] | 
     """
     if name not in available("decoder"):
         raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(available('decoder'))}")
-    cfg = compose_config([f"decoder=[{name}]", *(f"decoder.{name}.{k}={_value(v)}" for k, v in params.items())])
-    dcfg = OmegaConf.to_container(cfg.decoder[name], resolve=True)
+    key = decoder_key(name)
+    cfg = compose_config([f"decoder=[{name}]", *(f"decoder.{key}.{k}={_value(v)}" for k, v in params.items())])
+    dcfg = OmegaConf.to_container(cfg.decoder[key], resolve=True)
     if dcfg.get("uses_draft") and pair.draft is None:
         raise ValueError(f"decoder {name} needs a draft model; load a pair with one (need_draft=True)")
     return app_build_decoder(dcfg, supplied_arguments(pair, eos_token_ids, sampling))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,19 @@ def _run_dir(cfg: DictConfig) -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path(cfg.get("output_dir") or "results/unnamed")
+
+
+def discard_refused_run_dir() -> Path | None:
+    """Remove this job's run folder when a refusal leaves it holding only what Hydra and the logger wrote
+    (``.hydra/``, ``*.log``): a refused job leaves no folder behind. A folder with anything else (rows,
+    ``meta.json``, a summary, a file of the user's) stays untouched. Returns the removed folder, else None."""
+    if not HydraConfig.initialized():
+        return None
+    out = Path(HydraConfig.get().runtime.output_dir)
+    if not out.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in out.iterdir()):
+        return None
+    shutil.rmtree(out, ignore_errors=True)
+    return out
 
 
 def decoder_configs(cfg: DictConfig) -> dict[str, dict[str, Any]]:
@@ -97,7 +111,7 @@ def check_selection(task: Any, settings: RunSettings, task_name: str = "task") -
 
 def supplied_arguments(pair: Any, eos_token_ids: set[int] | None = None,
                        sampling: SamplingConfig = GREEDY) -> dict[str, Any]:
-    """What the runner supplies to decoder constructors (:data:`harness.config.RUNNER_SUPPLIED`); the EOS ids
+    """What the runner supplies to decoder constructors (:data:`harness.schemas.RUNNER_SUPPLIED`); the EOS ids
     default to the tokenizer's and generation config's (:func:`collect_eos_token_ids`), sampling to greedy."""
     if eos_token_ids is None:
         eos_token_ids = collect_eos_token_ids(pair.tokenizer, pair.target.generation_config)
@@ -107,7 +121,7 @@ def supplied_arguments(pair: Any, eos_token_ids: set[int] | None = None,
 
 def build_decoder(dcfg: dict[str, Any], supplied: dict[str, Any]) -> Any:
     """Instantiate one decoder config: ``uses_draft`` stripped, then only the runner-supplied arguments
-    (:data:`harness.config.RUNNER_SUPPLIED`) that its constructor names are passed."""
+    (:data:`harness.schemas.RUNNER_SUPPLIED`) that its constructor names are passed."""
     factory = hydra.utils.instantiate({k: v for k, v in dcfg.items() if k != "uses_draft"})
     params = inspect.signature(factory.func).parameters
     return factory(**{k: v for k, v in supplied.items() if k in params})

@@ -127,7 +127,7 @@ def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = Non
 
     Args:
         decoder_params: the row's ``decoder_params`` (JSON text) or a dict.
-        defaults: parameter -> default (e.g. :data:`harness.config.DECODER_SCHEMAS` fields).
+        defaults: parameter -> default (e.g. :data:`harness.schemas.DECODER_SCHEMAS` fields).
         order: parameter order (the schema's); others follow in their own order.
     """
     p = decoder_params if isinstance(decoder_params, Mapping) else params_of(decoder_params)

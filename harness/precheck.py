@@ -8,21 +8,34 @@ here for the same reason.
 from __future__ import annotations
 
 import shutil
-import sys
 from typing import Any, Sequence
 
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR, ConfigError, compose, refuse_group_lists, validate
+import declare
+from harness.config import CONF_DIR, TUNED_GROUP, ConfigError, compose, refuse_group_lists, validate
+from harness.schemas import SCHEMAS
 
 GROUPS = ("model", "task", "decoder", "runner", "experiment")
+#: Groups whose settings are declared (:mod:`declare`), so ``run.py list GROUP=NAME`` prints them.
+SETTINGS_GROUPS = ("decoder", "task", "runner")
 #: Sweep points composed by :func:`precheck` at most (each compose takes ~0.2 s).
 MAX_PRECHECK_COMPOSES = 64
 
 
 def available(group: str) -> list[str]:
-    """Names of the configs in ``conf/<group>/``."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """Names of the configs in ``conf/<group>/``; for ``decoder``, also the generated ones in ``tuned/``
+    (named ``tuned/<family>_tuned``)."""
+    names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    if group == "decoder":
+        names += sorted(f"{TUNED_GROUP}/{p.stem}" for p in (CONF_DIR / group / TUNED_GROUP).glob("*.yaml"))
+    return names
+
+
+def decoder_key(name: str) -> str:
+    """The decoder node a selected config fills, the name its rows and overrides use:
+    ``tuned/speculative_tuned`` -> ``speculative_tuned`` (its YAML's ``# @package decoder.speculative_tuned``)."""
+    return name.rsplit("/", 1)[-1]
 
 
 def describe(group: str) -> list[tuple[str, str]]:
@@ -43,20 +56,61 @@ def describe(group: str) -> list[tuple[str, str]]:
     return out
 
 
-def list_configs(groups: list[str] | None = None) -> str:
-    """``python run.py list [GROUP ...]``: every model, decoder, task, runner and experiment config with its
-    one-line description. Raises SystemExit on an unknown group."""
-    unknown = [g for g in groups or [] if g not in GROUPS]
+def list_configs(args: list[str] | None = None) -> str:
+    """``python run.py list [GROUP ...] [GROUP=NAME ...]``: every model, decoder, task, runner and experiment
+    config with its one-line description; ``GROUP=NAME`` prints that config's settings instead
+    (:func:`settings_table`).
+
+    Raises:
+        ConfigError: an unknown group or name (``run.py`` prints it as one ``error:`` line, exit 2).
+    """
+    named = [a for a in args or [] if "=" in a]
+    groups = [a for a in args or [] if "=" not in a]
+    unknown = [g for g in groups + [a.split("=")[0] for a in named] if g not in GROUPS]
     if unknown:
-        sys.exit(f"error: unknown config group {', '.join(unknown)}; groups: {', '.join(GROUPS)}")
+        raise ConfigError(f"unknown config group {', '.join(unknown)}; groups: {', '.join(GROUPS)}")
     lines = []
-    for group in groups or GROUPS:
+    for arg in named:
+        lines += [settings_table(*arg.split("=", 1)), ""]
+    for group in groups or ([] if named else GROUPS):
         entries = describe(group)
         width = max((len(n) for n, _ in entries), default=0)
-        lines.append(f"{group} ({group}=NAME):")
+        settings = f"; its settings: python run.py list {group}=NAME" if group in SETTINGS_GROUPS else ""
+        lines.append(f"{group} ({group}=NAME{settings}):")
         lines += [f"  {name.ljust(width)}  {text}".rstrip() for name, text in entries]
         lines.append("")
+    if named and not groups:
+        return "\n".join(lines).rstrip()
     return "\n".join(lines) + "Use: python run.py model=NAME task=NAME 'decoder=[vanilla,NAME]' [experiment=NAME]"
+
+
+def settings_table(group: str, name: str) -> str:
+    """The settings of ``conf/<group>/<name>.yaml``: one line per setting with its value in this config (and
+    the default where the config changes it), what is allowed and what it means, all read from the declaration
+    its schema is built on (``decoders/settings.py``, the task modules; :mod:`declare`).
+
+    Raises:
+        ConfigError: the config does not exist, or its group has no declared settings (models, experiments).
+    """
+    if name not in available(group):
+        raise ConfigError(f"unknown {group} {name!r}. Valid choices for {group}: {', '.join(available(group))}")
+    node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
+    first = next((d for d in node.pop("defaults", []) if isinstance(d, str)), "")
+    first = first.split("@")[0].removeprefix(f"/{group}/")  # tuned/ configs: /decoder/base_decoder_x@_here_
+    schema = SCHEMAS.get(group, {}).get(first)
+    if schema is None or group not in SETTINGS_GROUPS:
+        raise ConfigError(f"{group}={name}: settings are listed for {', '.join(SETTINGS_GROUPS)}; read "
+                          f"conf/{group}/{name}.yaml for the rest")
+    rows = [("setting", "value", "allowed", "meaning")] + declare.rows(schema, node)
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    head = describe(group)[available(group).index(name)][1]
+    target = getattr(schema, "_target_", "")
+    out = [f"{group}={name}" + (f" ({target})" if target else "") + (f": {head}" if head else "")]
+    out += [f"  {r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].ljust(widths[2])}  {r[3]}".rstrip()
+            for r in rows]
+    if len(rows) == 1:
+        out.append("  (no settings of its own)")
+    return "\n".join(out)
 
 
 def missing_decoder_configs(experiment: str) -> list[str]:
@@ -91,7 +145,7 @@ def check_choices(argv: Sequence[str]) -> None:
         missing = [m for n in names for m in missing_decoder_configs(n)] if key == "experiment" else []
         if missing and not any(a.lstrip("+~").startswith("decoder=") for a in argv):
             raise ConfigError(f"{arg}: decoder configs {', '.join(missing)} do not exist yet in conf/decoder/. "
-                              "*_tuned configs are written by benchmarks/tune.py from the dev-split tuning runs "
+                              f"{TUNED_GROUP}/*_tuned configs are written by benchmarks/tune.py from the dev-split tuning runs "
                               "(docs/experiments.md, \"Tuning protocol\").")
 
 
@@ -156,6 +210,11 @@ def precheck(argv: Sequence[str]) -> None:
     multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN  # experiments set hydra.mode themselves
     if multirun:
         check_launcher(base.hydra.get("launcher"), dict(base.hydra.runtime.choices).get("hydra/launcher"))
+    else:
+        launcher = next((o for o in parsed if o.get_key_element().lstrip("+~") == "hydra/launcher"), None)
+        if launcher is not None:  # Hydra runs a single job in-process and ignores the launcher silently
+            raise ConfigError(f"{launcher.input_line}: a launcher runs the jobs of a multirun only; add -m "
+                              f"(python run.py -m {launcher.input_line} ...) or drop it")
     if len(plain) < len(parsed) and not multirun:  # a sweep without -m (Hydra's 6-line advice misleads for groups)
         sweep = next(o for o in parsed if o.is_sweep_override())
         key = sweep.get_key_element().lstrip("+~")

@@ -50,6 +50,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from harness.grouping import settings_label
 from harness.summary import write_summary
 from harness.results import ResultWriter, cpu_affinity, emulated_half_note, read_results
 from harness import resume as resume_lib
@@ -528,6 +529,10 @@ class Runner:
                   f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
                   f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
                   f"{shard}{sampled} run_identity={self.run_identity}")
+        settings = "; ".join(f"{name}: {label}" for name, p in self.decoder_params.items()
+                             if (label := settings_label(dict(p))))
+        if settings:  # a sweep's job names its point here (e.g. `speculative: gamma=4`)
+            header += f"\n\nSettings: {settings}."
         return write_summary(self.run_dir, rows, self.task.quality_columns, header, self.notes(), self.coverage())
 
     def coverage(self) -> str:

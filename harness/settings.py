@@ -1,4 +1,4 @@
-"""The runner's settings (``conf/runner/default.yaml``, schema :class:`harness.config.RunnerConfig`): the
+"""The runner's settings (``conf/runner/default.yaml``, schema :class:`harness.schemas.RunnerConfig`): the
 generation budget, warm-up, seeds and sampling, resume, sample selection, repeats, the decoder order and
 shards, checked on construction (:class:`RunSettings`), and the order rule (:func:`decoder_order`).
 """
@@ -8,12 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from declare import check_args
 from decoders.common.sampling import SamplingConfig
+from harness.schemas import RunnerConfig
 from tasks.types import Sample
-
-
-#: ``runner.order`` choices.
-ORDERS = ("rotate", "fixed")
 
 
 #: How ``runner.order=rotate`` orders the decoders (recorded in ``meta.json``).
@@ -51,8 +49,10 @@ def decoder_order(names: list[str], sample_index: int, repeat: int, order: str) 
 
 
 @dataclass
-class RunSettings:
-    """Runner settings (``conf/runner/default.yaml``).
+class RunSettings(RunnerConfig):
+    """Runner settings (``conf/runner/default.yaml``): the declared fields of
+    :class:`harness.schemas.RunnerConfig` (defaults, bounds, meanings: ``python run.py list``), checked on
+    construction, plus ``extra``.
 
     Attributes:
         max_new_tokens: generation budget; ``None`` = the task's default. Must be >= 1.
@@ -75,39 +75,20 @@ class RunSettings:
         order: ``rotate`` (decoder order rotated per sample and repeat) or ``fixed`` (as listed, vanilla
             first).
         shard: ``"i/n"``: run only the samples with ``sample_index % n == i`` (``None`` = all).
+
+    Raises:
+        ValueError: a setting of the wrong type or out of its bound, bad sampling settings, a shard not of the
+            form ``i/n``, or ``sample_ids`` that is not a non-empty list.
     """
 
-    max_new_tokens: int | None = None
-    warmup: int = 1
-    warmup_tokens: int = 16
-    seed: int = 0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    score: bool = True
-    resume: bool = True
-    sample_ids: list[str] | None = None
-    repeats: int = 1
-    order: str = "rotate"
-    shard: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1):
-            raise ValueError(f"runner.max_new_tokens must be an integer >= 1 (or null for the task default), "
-                             f"got {self.max_new_tokens!r}")
-        if self.warmup < 0:
-            raise ValueError(f"runner.warmup must be >= 0, got {self.warmup}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"runner.seed must be an integer >= 0, got {self.seed!r}")
+        check_args(RunnerConfig, vars(self), prefix="runner.")
         try:
             self.sampling = SamplingConfig(self.temperature, self.top_p, self.top_k)
         except ValueError as e:
             raise ValueError(f"runner sampling settings: {e}") from None
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise ValueError(f"runner.repeats must be an integer >= 1, got {self.repeats!r}")
-        if self.order not in ORDERS:
-            raise ValueError(f"runner.order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         parse_shard(self.shard)
         if self.shard is not None:
             self.shard = "{}/{}".format(*parse_shard(self.shard))

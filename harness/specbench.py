@@ -234,8 +234,39 @@ def import_answers(paths: Sequence[str | Path], baseline: str | None = None, tas
         (the message lists the model ids).
     """
     files = _answer_files(paths)
+    answers, where = _read_answers(files)
+    problems = [p for mid, recs in answers.items() for rec in recs for p in _check_answer(rec, mid, where[id(rec)])]
+    if problems:
+        more = f" (and {len(problems) - 1} more such problems)" if len(problems) > 1 else ""
+        raise ValueError(f"{problems[0]}{more}")
+    base_ids = _baseline_ids(answers, baseline)
+    base_mid = sorted(base_ids)[0]
+    run_id = "sb-" + hashlib.sha1("|".join(sorted(map(str, files))).encode()).hexdigest()[:10]
+    base_text: dict[tuple, str] = {}  # (sample_id, choice index, turn) -> the baseline's text
+    rows: list[dict[str, Any]] = []
+    for mid in sorted(answers, key=lambda m: (m not in base_ids, m)):
+        for rec in answers[mid]:
+            h = rec.get("harness") or {}
+            ident = {k: h.get(k) for k in IDENTITY_KEYS if k in h}
+            ident.setdefault("task", task)
+            ident.setdefault("target_model", target_model or base_mid)
+            ident.setdefault("dtype", _dtype_of(mid))
+            ident.setdefault("device_name", device_name or "unknown (Spec-Bench answer files)")
+            decoder = h.get("decoder") or ("vanilla" if mid in base_ids else mid)
+            rows += _answer_rows(rec, mid, decoder, {"run_id": run_id, **ident}, base_text)
+    frame = pd.DataFrame(rows)
+    log.info("imported %d rows of %d Spec-Bench answer files (baseline %s)", len(frame), len(files), base_mid)
+    return frame
+
+
+def _read_answers(files: Sequence[Path]) -> tuple[dict[str, list[dict]], dict[int, str]]:
+    """``(model_id -> answer records, id(record) -> "file line N")``; a torn last line is skipped with a warning.
+
+    Raises:
+        ValueError: a line is not a Spec-Bench answer, or one model id comes from files of several runs.
+    """
     answers: dict[str, list[dict]] = {}
-    where: dict[int, str] = {}  # id(record) -> "file line N"
+    where: dict[int, str] = {}
     sources: dict[str, list[tuple[Path, str | None]]] = {}  # model_id -> (file, the run group it was exported from)
     for f in files:
         lines = []
@@ -265,79 +296,80 @@ def import_answers(paths: Sequence[str | Path], baseline: str | None = None, tas
             raise ValueError(f"model_id {mid} comes from {len(src)} answer files ({shown}) of different runs: "
                              "importing them together would mix the runs; import one run's answer files at a time "
                              "(one folder per run)")
-    problems = [p for mid, recs in answers.items() for rec in recs for p in _check_answer(rec, mid, where[id(rec)])]
-    if problems:
-        more = f" (and {len(problems) - 1} more such problems)" if len(problems) > 1 else ""
-        raise ValueError(f"{problems[0]}{more}")
+    return answers, where
+
+
+def _baseline_ids(answers: dict[str, list[dict]], baseline: str | None) -> set[str]:
+    """The model ids of the baseline (vanilla) files: ``baseline`` when given, else the files this harness
+    exported as vanilla, else the one model id naming vanilla or baseline.
+
+    Raises:
+        ValueError: the baseline cannot be told (the message lists the model ids).
+    """
     own = {mid for mid, ls in answers.items() if (ls[0].get("harness") or {}).get("decoder") == "vanilla"}
     if baseline is not None:
         base_ids = {m for m in answers if m == baseline or _slug(m) == _slug(baseline)}
         if not base_ids:
             raise ValueError(f"baseline {baseline!r} is none of the model ids {sorted(answers)}")
-    elif own:  # files exported by this harness: each run group has its own vanilla file
-        base_ids = own
-    else:
-        base_ids = {m for m in answers if re.search("vanilla|baseline", m, re.I)}
-        if len(base_ids) != 1:
-            raise ValueError(f"cannot tell the baseline (vanilla) file among {sorted(answers)}: pass "
-                             f"baseline=<model_id> (--spec-bench-baseline)")
-    base_mid = sorted(base_ids)[0]
-    run_id = "sb-" + hashlib.sha1("|".join(sorted(map(str, files))).encode()).hexdigest()[:10]
-    base_text: dict[tuple, str] = {}
-    rows: list[dict[str, Any]] = []
-    for mid in sorted(answers, key=lambda m: (m not in base_ids, m)):
-        for rec in answers[mid]:
-            h = rec.get("harness") or {}
-            decoder = h.get("decoder") or ("vanilla" if mid in base_ids else mid)
-            ident = {k: h.get(k) for k in IDENTITY_KEYS if k in h}
-            ident.setdefault("task", task)
-            ident.setdefault("target_model", target_model or base_mid)
-            ident.setdefault("dtype", _dtype_of(mid))
-            ident.setdefault("device_name", device_name or "unknown (Spec-Bench answer files)")
-            sample_id = h.get("sample_id") or str(rec["question_id"])
-            for choice in rec["choices"]:
-                turns = choice.get("turns") or []
-                steps = choice.get("decoding_steps") or [None] * len(turns)
-                accs = list(choice.get("accept_lengths") or [])
-                split = sum(s or 0 for s in steps) == len(accs) and all(s is not None for s in steps)
-                offset = 0
-                for j, text in enumerate(turns):
-                    new = int(choice["new_tokens"][j])
-                    wall = float(choice["wall_time"][j])
-                    n_steps = steps[j] if j < len(steps) else None
-                    key = (sample_id, int(choice.get("index", 0)), j)
-                    if decoder == "vanilla":
-                        base_text[key] = text
-                    eq = (choice.get("matches_vanilla") or [None] * len(turns))[j] \
-                        if j < len(choice.get("matches_vanilla") or []) else None
-                    sampled = str((choice.get("harness_run") or {}).get("equality_check", "")).startswith("n/a")
-                    if eq is None and not sampled:  # a sampled run makes no token claim
-                        eq = True if decoder == "vanilla" else (text == base_text[key] if key in base_text else None)
-                    per_step = accs[offset:offset + n_steps] if split else None
-                    offset += n_steps or 0
-                    hr = choice.get("harness_run") or {}
-                    own_run = hr.get("run_id") or h.get("run_id")
-                    row = {
-                        "run_id": own_run and f"{run_id}-{own_run}" or run_id,
-                        **ident, "source": SOURCE, "sample_id": sample_id, "turn": j,
-                        "repeat": int(hr.get("repeat", choice.get("index", 0))), "category": rec.get("category"),
-                        **({k: hr[k] for k in ("sampling_seed", "equality_check") if hr.get(k) is not None}),
-                        "decoder": decoder, "decoder_params": h.get("decoder_params") or "{}",
-                        "new_tokens": new, "num_steps": n_steps, "wall_time_s": wall,
-                        "tokens_per_s": new / wall if wall > 0 else None,
-                        "accept_length": new / n_steps if n_steps else None,
-                        "accepted_per_step": [a - 1 for a in per_step[1:]] if per_step and decoder != "vanilla"
-                        else None,
-                        "matches_vanilla": eq, "completion": text,
-                        "status": "error" if text == "ERROR" else "ok", "spec_bench_model_id": mid,
-                    }
-                    for k, v in (json.loads(row["decoder_params"]) if isinstance(row["decoder_params"], str)
-                                 else {}).items():
-                        row.setdefault(k, v)
-                    rows.append(row)
-    frame = pd.DataFrame(rows)
-    log.info("imported %d rows of %d Spec-Bench answer files (baseline %s)", len(frame), len(files), base_mid)
-    return frame
+        return base_ids
+    if own:  # files exported by this harness: each run group has its own vanilla file
+        return own
+    base_ids = {m for m in answers if re.search("vanilla|baseline", m, re.I)}
+    if len(base_ids) != 1:
+        raise ValueError(f"cannot tell the baseline (vanilla) file among {sorted(answers)}: pass "
+                         f"baseline=<model_id> (--spec-bench-baseline)")
+    return base_ids
+
+
+def _answer_rows(rec: dict[str, Any], mid: str, decoder: str, ident: dict[str, Any],
+                 base_text: dict[tuple, str]) -> list[dict[str, Any]]:
+    """One row per choice and turn of answer record ``rec`` (``ident``: run id and identity columns). Equality
+    with vanilla is the file's own ``matches_vanilla``, else the text compared with the baseline's (recorded in
+    ``base_text`` when ``decoder`` is vanilla, which is read first); a sampled run makes no token claim."""
+    h = rec.get("harness") or {}
+    run_id = ident.pop("run_id")
+    sample_id = h.get("sample_id") or str(rec["question_id"])
+    rows = []
+    for choice in rec["choices"]:
+        turns = choice.get("turns") or []
+        steps = choice.get("decoding_steps") or [None] * len(turns)
+        accs = list(choice.get("accept_lengths") or [])
+        split = sum(s or 0 for s in steps) == len(accs) and all(s is not None for s in steps)
+        hr = choice.get("harness_run") or {}
+        offset = 0
+        for j, text in enumerate(turns):
+            new = int(choice["new_tokens"][j])
+            wall = float(choice["wall_time"][j])
+            n_steps = steps[j] if j < len(steps) else None
+            key = (sample_id, int(choice.get("index", 0)), j)
+            if decoder == "vanilla":
+                base_text[key] = text
+            eq = (choice.get("matches_vanilla") or [None] * len(turns))[j] \
+                if j < len(choice.get("matches_vanilla") or []) else None
+            sampled = str(hr.get("equality_check", "")).startswith("n/a")
+            if eq is None and not sampled:  # a sampled run makes no token claim
+                eq = True if decoder == "vanilla" else (text == base_text[key] if key in base_text else None)
+            per_step = accs[offset:offset + n_steps] if split else None
+            offset += n_steps or 0
+            own_run = hr.get("run_id") or h.get("run_id")
+            row = {
+                "run_id": own_run and f"{run_id}-{own_run}" or run_id,
+                **ident, "source": SOURCE, "sample_id": sample_id, "turn": j,
+                "repeat": int(hr.get("repeat", choice.get("index", 0))), "category": rec.get("category"),
+                **({k: hr[k] for k in ("sampling_seed", "equality_check") if hr.get(k) is not None}),
+                "decoder": decoder, "decoder_params": h.get("decoder_params") or "{}",
+                "new_tokens": new, "num_steps": n_steps, "wall_time_s": wall,
+                "tokens_per_s": new / wall if wall > 0 else None,
+                "accept_length": new / n_steps if n_steps else None,
+                "accepted_per_step": [a - 1 for a in per_step[1:]] if per_step and decoder != "vanilla" else None,
+                "matches_vanilla": eq, "completion": text,
+                "status": "error" if text == "ERROR" else "ok", "spec_bench_model_id": mid,
+            }
+            params = row["decoder_params"]
+            for k, v in (json.loads(params) if isinstance(params, str) else {}).items():
+                row.setdefault(k, v)
+            rows.append(row)
+    return rows
 
 
 def _check_answer(rec: dict[str, Any], mid: str, loc: str) -> list[str]:

@@ -264,6 +264,11 @@ def _bar_figure(agg: pd.DataFrame, value: str, xlabel: str, title: str, subtitle
         if group:
             ax.set_title(_wrap(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
     axes[-1].set_xlabel(xlabel, fontsize=FONT)
+    low = f"{value}_low"
+    drawn = pd.to_numeric(agg[low], errors="coerce").notna() if low in agg else pd.Series(False, index=agg.index)
+    if not drawn.all():  # the aggregation gives no interval on too few samples: the title must not promise one
+        title = title.replace(", 95% bootstrap CI", ", 95% bootstrap CI where n allows" if drawn.any()
+                              else ", no interval (too few samples)")
     _titles(fig, title, subtitle, COLUMN_WIDTH_IN)
     return fig
 

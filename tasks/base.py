@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Iterator, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence, TypeVar
 
+from declare import above, at_least, one_of, setting
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
@@ -23,33 +25,24 @@ class DataNotFoundError(FileNotFoundError):
     """A task's data could not be found; the message names the ways to fix it."""
 
 
-def check_prompt_style(style: str) -> str:
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {style!r}")
-    return style
+@dataclass
+class TaskSettings:
+    """The settings every task takes (declared once: :mod:`declare`). Each task adds its own in a subclass,
+    next to its code; its constructor takes these defaults and checks its arguments with
+    ``check_args(<Settings>, locals(), prefix="task.")``; :mod:`harness.config` builds the Hydra schema on them."""
+
+    data_path: Optional[str] = setting(None, None, "the task's data file (null: data_dir / the default source)")
+    limit: Optional[int] = setting(None, at_least(1), "problems run (null: all)")
+    offset: int = setting(0, at_least(0), "problems skipped before limit applies (held-out splits)")
+    prompt_style: str = setting("auto", one_of(*PROMPT_STYLES), "auto: chat template for instruct models")
 
 
-def check_limit(limit: int | None) -> int | None:
-    """``task.limit``: ``None`` (all) or an integer >= 1.
+@dataclass
+class CodeTaskSettings(TaskSettings):
+    """The settings the code tasks share: opt-in execution (:mod:`tasks.execution`) and its limit."""
 
-    Raises:
-        ValueError: anything else.
-    """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"task.limit must be an integer >= 1 or null (= all), got {limit!r}")
-    return limit
-
-
-def check_offset(offset: int) -> int:
-    """``task.offset``: how many problems to skip first, an integer >= 0.
-
-    Raises:
-        ValueError: anything else.
-    """
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"task.offset must be an integer >= 0 (problems skipped before task.limit applies), "
-                         f"got {offset!r}")
-    return offset
+    allow_code_execution: bool = setting(False, None, "run the generated code to score pass@1 (opt-in)")
+    timeout_s: float = setting(10.0, above(0), "wall-clock seconds per program")
 
 
 def select_slice(items: Sequence[T], offset: int, limit: int | None, what: str = "problems") -> list[T]:

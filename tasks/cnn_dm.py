@@ -34,13 +34,13 @@ Selection: ``offset`` skips the first articles and ``limit`` keeps the next ones
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Iterator
-
-from tasks.types import Sample
 import re
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Optional
 
-from tasks.base import Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice
+from declare import at_least, check_args, contains, setting
+from tasks.types import Sample
+from tasks.base import Task, TaskSettings, apply_chat, cut_at_stop, select_slice
 from tasks.data import DataSource, load_records, require_fields
 
 SOURCE = DataSource(task="CNN/DailyMail", relpath="cnn_dailymail/test_first1000.jsonl",
@@ -50,6 +50,20 @@ INSTRUCTION = "Summarize the above article in 3 sentences."
 COMPLETION_PROMPT = "###\nArticle: {article}\n\n" + INSTRUCTION + "\n"
 CHAT_PROMPT = "Article: {article}\n\n" + INSTRUCTION
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+@dataclass
+class CNNDailyMailSettings(TaskSettings):
+    """CNN/DailyMail's settings (See et al. 2017, version 3.0.0), as in the Ouroboros and Spec-Bench setups."""
+
+    data_dir: Optional[str] = setting(None, None, "shared data folder holding cnn_dailymail/test_first1000.jsonl")
+    hub_id: Optional[str] = setting(SOURCE.hub_id, None, "Hugging Face dataset id, when no local file is given")
+    max_new_tokens: int = setting(128, at_least(1), "default generation budget (runner.max_new_tokens wins)")
+    completion_prompt: str = setting(COMPLETION_PROMPT, contains("{article}"), "prompt of base models")
+    chat_prompt: str = setting(CHAT_PROMPT, contains("{article}"), "user turn of instruct models")
+
+
+S = CNNDailyMailSettings
 
 #: Words after which a full stop does not end a sentence (titles, initials of common abbreviations).
 ABBREVIATIONS = frozenset(
@@ -130,23 +144,18 @@ class CNNDailyMail(Task):
 
     def __init__(
         self,
-        data_path: str | None = None,
-        data_dir: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        max_new_tokens: int = 128,
-        prompt_style: str = "auto",
-        completion_prompt: str = COMPLETION_PROMPT,
-        chat_prompt: str = CHAT_PROMPT,
-        hub_id: str = SOURCE.hub_id,
+        data_path: str | None = S.data_path,
+        data_dir: str | None = S.data_dir,
+        limit: int | None = S.limit,
+        offset: int = S.offset,
+        max_new_tokens: int = S.max_new_tokens,
+        prompt_style: str = S.prompt_style,
+        completion_prompt: str = S.completion_prompt,
+        chat_prompt: str = S.chat_prompt,
+        hub_id: str | None = S.hub_id,
     ):
-        self.limit = check_limit(limit)
-        self.offset = check_offset(offset)
-        for key, template in (("completion_prompt", completion_prompt), ("chat_prompt", chat_prompt)):
-            if "{article}" not in template:
-                raise ValueError(f"task.{key} must contain '{{article}}', got {template!r}")
-        self.max_new_tokens = max_new_tokens
-        self.prompt_style = check_prompt_style(prompt_style)
+        check_args(S, locals(), prefix="task.")
+        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         self.completion_prompt = completion_prompt
         self.chat_prompt = chat_prompt
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)

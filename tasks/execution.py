@@ -59,7 +59,6 @@ import logging
 import math
 import os
 import secrets
-import select
 import shutil
 import signal
 import stat
@@ -69,6 +68,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tasks.supervisor import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -130,33 +132,14 @@ def _tail(path: Path, chars: int = _DETAIL_CHARS) -> str:
 def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
     """Whether ``proc`` exited within ``timeout_s``, *without reaping it*: while it is an unreaped zombie its
     pid (= its process-group id) cannot be reused, so killing that group afterwards is safe."""
-    end = time.monotonic() + timeout_s
-    pidfd = None
-    if hasattr(os, "pidfd_open"):
+    def exited() -> bool | None:
         try:
-            pidfd = os.pidfd_open(proc.pid)
-        except OSError:
-            pidfd = None
-    try:
-        delay = 0.001
-        while True:
-            try:
-                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return True
-            if info is not None:
-                return True
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            if pidfd is not None:
-                select.select([pidfd], [], [], left)
-            else:
-                time.sleep(min(delay, left))
-                delay = min(delay * 2, 0.05)
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return True if info is not None else None
+
+    return wait_until(proc.pid, timeout_s, exited) is True
 
 
 def _kill_marked(marker: bytes, rounds: int = 3) -> int:
@@ -241,7 +224,6 @@ def run_program(program: str, timeout_s: float = 10.0, max_memory_mb: int = 4096
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{key} must be an integer >= 0 (0 = no limit), got {value!r}")
     run_id = secrets.token_hex(8)
-    marker = f"{MARKER_VAR}={run_id}"
     tmp = Path(tempfile.mkdtemp(prefix="specdec_exec_"))
     try:
         work = tmp / "work"
@@ -257,50 +239,66 @@ def run_program(program: str, timeout_s: float = 10.0, max_memory_mb: int = 4096
             "max_file_bytes": int(max_file_mb) * 1024 * 1024,
             "allow_processes": bool(allow_processes),
         }
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(work), "TMPDIR": str(work),
-               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
-               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
-               MARKER_VAR: run_id}
-        read_fd, write_fd = os.pipe()
         t0 = time.perf_counter()
-        try:
-            with open(tmp / "stdout.txt", "wb") as out, open(tmp / "stderr.txt", "wb") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-s", str(SUPERVISOR), str(read_fd)], cwd=work, env=env,
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, close_fds=True, pass_fds=(read_fd,),
-                    start_new_session=True,
-                )
-        except OSError as e:
-            os.close(write_fd)
-            raise ExecutionError(f"could not start the code-execution supervisor ({sys.executable}): {e}") from e
-        finally:
-            os.close(read_fd)
-        try:
-            try:
-                with os.fdopen(write_fd, "wb") as pipe:
-                    pipe.write(json.dumps(settings).encode("utf-8"))
-            except BrokenPipeError:
-                pass  # the supervisor died at start; its exit status tells
-            finished = _wait_exit(proc, timeout_s + SLACK_S)
-        finally:
-            # Kill the session's group while the supervisor is unreaped (its pid cannot be reused), then
-            # every process carrying this run's marker (detached ones, or all of them if the supervisor
-            # was killed), then reap.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError as e:
-                if e.errno not in (errno.ESRCH, errno.EPERM):
-                    raise
-            _kill_marked(marker.encode())
-            proc.wait()
+        proc, finished = _supervise(tmp, settings, run_id)
         duration = time.perf_counter() - t0
         detail = _tail(tmp / "stderr.txt")
     finally:
         _rmtree(tmp)
+    return _result(finished, proc.returncode, detail, duration, timeout_s)
+
+
+def _supervise(tmp: Path, settings: dict[str, Any], run_id: str) -> tuple[subprocess.Popen, bool]:
+    """Start the supervisor in its own session with ``settings`` on a pipe, wait up to ``timeout_s +``
+    :data:`SLACK_S`, then kill everything it started and reap it. Returns ``(process, finished in time)``.
+
+    Raises:
+        ExecutionError: the supervisor could not be started.
+    """
+    work = Path(settings["work"])
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(work), "TMPDIR": str(work),
+           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8",
+           MARKER_VAR: run_id}
+    read_fd, write_fd = os.pipe()
+    try:
+        with open(tmp / "stdout.txt", "wb") as out, open(tmp / "stderr.txt", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-s", str(SUPERVISOR), str(read_fd)], cwd=work, env=env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, close_fds=True, pass_fds=(read_fd,),
+                start_new_session=True,
+            )
+    except OSError as e:
+        os.close(write_fd)
+        raise ExecutionError(f"could not start the code-execution supervisor ({sys.executable}): {e}") from e
+    finally:
+        os.close(read_fd)
+    try:
+        try:
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(json.dumps(settings).encode("utf-8"))
+        except BrokenPipeError:
+            pass  # the supervisor died at start; its exit status tells
+        finished = _wait_exit(proc, settings["timeout_s"] + SLACK_S)
+    finally:
+        # Kill the session's group while the supervisor is unreaped (its pid cannot be reused), then
+        # every process carrying this run's marker (detached ones, or all of them if the supervisor
+        # was killed), then reap.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError as e:
+            if e.errno not in (errno.ESRCH, errno.EPERM):
+                raise
+        _kill_marked(f"{MARKER_VAR}={run_id}".encode())
+        proc.wait()
+    return proc, finished
+
+
+def _result(finished: bool, rc: int, detail: str, duration: float, timeout_s: float) -> ExecutionResult:
+    """The :class:`ExecutionResult` of a supervised run from its exit code (see the module docstring)."""
     if not finished:
         note = f"the run did not end within {timeout_s:g} s + {SLACK_S:g} s slack: killed it"
         return ExecutionResult("timeout", (detail + "\n" + note).strip(), duration)
-    rc = proc.returncode
     if rc in SUPERVISOR_CODES:
         return ExecutionResult(SUPERVISOR_CODES[rc], detail, duration)
     if rc < 0:

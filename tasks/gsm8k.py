@@ -29,12 +29,13 @@ import logging
 import math
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
+from declare import at_least, between, check_args, setting
 from tasks.types import Sample
-from tasks.base import Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice
+from tasks.base import Task, TaskSettings, apply_chat, cut_at_stop, select_slice
 from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl, require_fields
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,20 @@ def build_prompt(question: str, exemplars: tuple[tuple[str, str], ...] | list[tu
     return "\n\n".join(blocks)
 
 
+@dataclass
+class GSM8KSettings(TaskSettings):
+    """GSM8K's settings (Cobbe et al. 2021, arXiv 2110.14168; 8-shot chain of thought, Wei et al. 2022)."""
+
+    data_dir: Optional[str] = setting(None, None, "shared data folder holding gsm8k/test.jsonl")
+    hub_id: Optional[str] = setting(SOURCE.hub_id, None, "Hugging Face dataset id, when no local file is given")
+    max_new_tokens: int = setting(256, at_least(1), "default generation budget (runner.max_new_tokens wins)")
+    exemplars_path: Optional[str] = setting(None, None, f"a {EXEMPLARS_FILE} (null: the built-in exemplars)")
+    num_fewshot: int = setting(8, between(0, len(COT_EXEMPLARS)), "chain-of-thought shots in the prompt")
+
+
+S = GSM8KSettings
+
+
 class GSM8K(Task):
     """The GSM8K task (test split, 8-shot chain of thought).
 
@@ -217,22 +232,18 @@ class GSM8K(Task):
 
     def __init__(
         self,
-        data_path: str | None = None,
-        data_dir: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        max_new_tokens: int = 256,
-        prompt_style: str = "auto",
-        exemplars_path: str | None = None,
-        num_fewshot: int = 8,
-        hub_id: str = SOURCE.hub_id,
+        data_path: str | None = S.data_path,
+        data_dir: str | None = S.data_dir,
+        limit: int | None = S.limit,
+        offset: int = S.offset,
+        max_new_tokens: int = S.max_new_tokens,
+        prompt_style: str = S.prompt_style,
+        exemplars_path: str | None = S.exemplars_path,
+        num_fewshot: int = S.num_fewshot,
+        hub_id: str | None = S.hub_id,
     ):
-        self.limit = check_limit(limit)
-        self.offset = check_offset(offset)
-        if not 0 <= num_fewshot <= len(COT_EXEMPLARS):
-            raise ValueError(f"task.num_fewshot must be in 0..{len(COT_EXEMPLARS)}, got {num_fewshot}")
-        self.max_new_tokens = max_new_tokens
-        self.prompt_style = check_prompt_style(prompt_style)
+        check_args(S, locals(), prefix="task.")
+        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
         require_fields(rows, ("question", "answer"), self.origin)
         self._problems = select_slice(list(enumerate(rows)), self.offset, None)

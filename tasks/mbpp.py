@@ -30,12 +30,12 @@ only when ``allow_code_execution`` is true.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Optional
 
+from declare import at_least, check_args, one_of, setting
 from tasks.types import Sample
-from tasks.base import (Task, apply_chat, check_limit, check_offset, check_prompt_style, cut_at_stop,
-                        extract_code_block, select_slice)
+from tasks.base import CodeTaskSettings, Task, apply_chat, cut_at_stop, extract_code_block, select_slice
 from tasks.data import DataSource, load_records, require_fields
 from tasks.execution import run_program
 
@@ -45,6 +45,19 @@ SOURCE = DataSource(task="MBPP", relpath="mbpp/mbpp.jsonl", hub_id="google-resea
 SPLIT_IDS = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975), "prompt": range(1, 11)}
 SHOT_IDS = (2, 3, 4)
 STOP_SEQUENCES = ("[DONE]",)
+
+
+@dataclass
+class MBPPSettings(CodeTaskSettings):
+    """MBPP's settings (Austin et al. 2021, arXiv 2108.07732)."""
+
+    data_dir: Optional[str] = setting(None, None, "shared data folder holding mbpp/mbpp.jsonl")
+    split: str = setting("test", one_of(*SPLIT_IDS), "the release's split (task ids of the README)")
+    hub_id: Optional[str] = setting(SOURCE.hub_id, None, "Hugging Face dataset id, when no local file is given")
+    max_new_tokens: int = setting(512, at_least(1), "default generation budget (runner.max_new_tokens wins)")
+
+
+S = MBPPSettings
 
 
 def format_block(problem: dict[str, Any]) -> str:
@@ -98,26 +111,20 @@ class MBPP(Task):
 
     def __init__(
         self,
-        data_path: str | None = None,
-        data_dir: str | None = None,
-        split: str = "test",
-        limit: int | None = None,
-        offset: int = 0,
-        max_new_tokens: int = 512,
-        prompt_style: str = "auto",
-        allow_code_execution: bool = False,
-        timeout_s: float = 10.0,
-        hub_id: str = SOURCE.hub_id,
+        data_path: str | None = S.data_path,
+        data_dir: str | None = S.data_dir,
+        split: str = S.split,
+        limit: int | None = S.limit,
+        offset: int = S.offset,
+        max_new_tokens: int = S.max_new_tokens,
+        prompt_style: str = S.prompt_style,
+        allow_code_execution: bool = S.allow_code_execution,
+        timeout_s: float = S.timeout_s,
+        hub_id: str | None = S.hub_id,
     ):
-        if split not in SPLIT_IDS:
-            raise ValueError(f"task.split must be one of {tuple(SPLIT_IDS)}, got {split!r}")
-        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-            raise ValueError(f"task.timeout_s must be a number > 0, got {timeout_s!r}")
+        check_args(S, locals(), prefix="task.")
         self.split = split
-        self.limit = check_limit(limit)
-        self.offset = check_offset(offset)
-        self.max_new_tokens = max_new_tokens
-        self.prompt_style = check_prompt_style(prompt_style)
+        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s
         source = replace(SOURCE, hub_id=hub_id, hub_split=split)

@@ -39,11 +39,12 @@ returns ``{}`` and ``quality_columns`` is empty.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, List, Optional, Sequence
 
+from declare import at_least, check_args, setting
 from tasks.types import Sample
-from tasks.base import Task, check_limit, check_offset, check_prompt_style, cut_at_stop, select_slice
+from tasks.base import Task, TaskSettings, cut_at_stop, select_slice
 from tasks.data import DataSource, load_records, require_fields
 
 FASTCHAT_COMMIT = "0e6d3e4beaab66f4d3f93db72541a4abab8af28d"
@@ -52,6 +53,21 @@ SOURCE = DataSource(
     url=f"https://raw.githubusercontent.com/lm-sys/FastChat/{FASTCHAT_COMMIT}/fastchat/llm_judge/data/mt_bench/"
         "question.jsonl",
 )
+
+
+@dataclass
+class MTBenchSettings(TaskSettings):
+    """MT-Bench's settings (Zheng et al. 2023, arXiv 2306.05685): questions of FastChat's file, no automatic score."""
+
+    data_dir: Optional[str] = setting(None, None, "shared data folder holding mt_bench/question.jsonl")
+    source_url: Optional[str] = setting(None, None, "download URL of question.jsonl (null: FastChat's, pinned)")
+    max_new_tokens: int = setting(1024, at_least(1), "default budget per turn (runner.max_new_tokens wins)")
+    system_prompt: Optional[str] = setting(None, None, "system prompt of chat renders (null: the template's own)")
+    categories: Optional[List[str]] = setting(None, None, "only these question categories (null: all)")
+    max_turns: Optional[int] = setting(None, at_least(1), "turns per question (null: all)")
+
+
+S = MTBenchSettings
 #: The Vicuna v1.1 system prompt, used by the plain-text (completion) transcript.
 PLAIN_SYSTEM_PROMPT = (
     "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
@@ -94,23 +110,19 @@ class MTBench(Task):
 
     def __init__(
         self,
-        data_path: str | None = None,
-        data_dir: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        max_new_tokens: int = 1024,
-        prompt_style: str = "auto",
-        system_prompt: str | None = None,
-        categories: Sequence[str] | None = None,
-        max_turns: int | None = None,
-        source_url: str | None = None,
+        data_path: str | None = S.data_path,
+        data_dir: str | None = S.data_dir,
+        limit: int | None = S.limit,
+        offset: int = S.offset,
+        max_new_tokens: int = S.max_new_tokens,
+        prompt_style: str = S.prompt_style,
+        system_prompt: str | None = S.system_prompt,
+        categories: Sequence[str] | None = S.categories,
+        max_turns: int | None = S.max_turns,
+        source_url: str | None = S.source_url,
     ):
-        self.limit = check_limit(limit)
-        self.offset = check_offset(offset)
-        if max_turns is not None and max_turns < 1:
-            raise ValueError(f"task.max_turns must be >= 1 or null, got {max_turns}")
-        self.max_new_tokens = max_new_tokens
-        self.prompt_style = check_prompt_style(prompt_style)
+        check_args(S, locals(), prefix="task.")
+        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         source = replace(self.source, url=source_url) if source_url else self.source

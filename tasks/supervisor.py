@@ -1,5 +1,5 @@
 """The code-execution supervisor (trusted code; :mod:`tasks.execution` runs it as a script in a fresh
-interpreter, ``python -s tasks/supervisor.py <fd>``, and imports nothing from it).
+interpreter, ``python -s tasks/supervisor.py <fd>``, and imports only its wait loop, :func:`wait_until`).
 
 It reads its settings (program path, limits, the per-run pass code) as JSON from the pipe ``fd``, becomes a
 child subreaper, forks the program process (limits, write guard, ``exec`` of the program) and waits for it
@@ -32,6 +32,13 @@ def refuse(what):
 
 def guard(root, allow_processes):
     """Block writes outside `root` (and, unless allow_processes, processes, signals and native code)."""
+    guard_writes(root)
+    if not allow_processes:
+        guard_processes()
+
+
+def guard_writes(root):
+    """Every write outside `root` (open, os.open, the os path functions, shutil.rmtree) raises PermissionError."""
     import builtins, io, shutil
     realpath, join, isabs, getcwd, readlink = (os.path.realpath, os.path.join, os.path.isabs, os.getcwd,
                                                os.readlink)
@@ -107,19 +114,21 @@ def guard(root, allow_processes):
 
     shutil.rmtree = guarded_rmtree
 
-    if not allow_processes:
-        import subprocess, _posixsubprocess
-        for name in ("system", "popen", "fork", "forkpty", "kill", "killpg", "execv", "execve", "execl",
-                     "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnvp",
-                     "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp",
-                     "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid"):
-            if hasattr(os, name):
-                setattr(os, name, refuse("os." + name))
-        subprocess.Popen = refuse("subprocess.Popen")
-        _posixsubprocess.fork_exec = refuse("_posixsubprocess.fork_exec")
-        signal.pthread_kill = refuse("signal.pthread_kill")
-        for mod in ("ctypes", "_ctypes", "resource"):
-            sys.modules[mod] = None  # `import ctypes` now raises ImportError
+
+def guard_processes():
+    """Creating processes, sending signals, changing ids and loading native code raise."""
+    import subprocess, _posixsubprocess
+    for name in ("system", "popen", "fork", "forkpty", "kill", "killpg", "execv", "execve", "execl",
+                 "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnvp",
+                 "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp",
+                 "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid"):
+        if hasattr(os, name):
+            setattr(os, name, refuse("os." + name))
+    subprocess.Popen = refuse("subprocess.Popen")
+    _posixsubprocess.fork_exec = refuse("_posixsubprocess.fork_exec")
+    signal.pthread_kill = refuse("signal.pthread_kill")
+    for mod in ("ctypes", "_ctypes", "resource"):
+        sys.modules[mod] = None  # `import ctypes` now raises ImportError
 
 
 def run_child(cfg, pass_code):
@@ -212,8 +221,9 @@ def kill_descendants(deadline_s=2.0):
     return False
 
 
-def wait_for(pid, timeout_s):
-    """The wait status of `pid`, or None when it is still running after `timeout_s`."""
+def wait_until(pid, timeout_s, poll):
+    """Call `poll()` until it returns something other than None and return that, or None after `timeout_s`;
+    sleeps on the pid's pidfd (Linux >= 5.3) or with a backoff up to 50 ms. Shared with tasks/execution.py."""
     end = time.monotonic() + timeout_s
     pidfd = None
     if hasattr(os, "pidfd_open"):
@@ -224,9 +234,9 @@ def wait_for(pid, timeout_s):
     try:
         delay = 0.001
         while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return status
+            result = poll()
+            if result is not None:
+                return result
             left = end - time.monotonic()
             if left <= 0:
                 return None
@@ -239,6 +249,14 @@ def wait_for(pid, timeout_s):
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+def wait_for(pid, timeout_s):
+    """The wait status of child `pid` (reaped), or None when it is still running after `timeout_s`."""
+    def reaped():
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return status if done else None
+    return wait_until(pid, timeout_s, reaped)
 
 
 def main():

@@ -63,11 +63,12 @@ def test_run_py_list_describes_every_config():
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for group in ("model", "decoder", "task", "experiment"):
-        assert f"{group} ({group}=NAME):" in out
+        assert f"{group} ({group}=NAME" in out
         for name in available(group):
             line = next(line for line in out.splitlines() if line.strip().split(" ")[0] == name)
             assert len(line.split(None, 1)) == 2, f"{group}/{name} has no description"
     assert re.search(r"^\s+speculative\s+Draft-model speculative decoding", out, re.M)
+    assert "decoder (decoder=NAME; its settings: python run.py list decoder=NAME):" in out
     bad = subprocess.run([sys.executable, "run.py", "list", "nope"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "unknown config group" in bad.stderr

@@ -1,5 +1,5 @@
 """Config integrity: every config composes and instantiates; every group has a typed schema
-(harness/config.py) that refuses unknown keys with the valid names and values out of bounds with their range,
+(harness/schemas.py, checked by harness/config.py) that refuses unknown keys with the valid names and values out of bounds with their range,
 before any task data is read or any model is fetched or loaded; schemas and constructors cannot drift."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import harness.app
 import harness.precheck
 import harness.models
 from harness import config as C
+from harness import schemas as S
 from harness.app import build_decoder, main_job
 from harness.precheck import check_choices, precheck
 from harness.config import ConfigError, compose
@@ -33,7 +34,14 @@ TINY = ["model=tiny-random", "task.limit=1", "runner.max_new_tokens=4", "runner.
 
 
 def _names(group):
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    """The configs of a group as they are selected: ``speculative``, and for decoders also the generated
+    ``tuned/speculative_tuned``."""
+    return harness.precheck.available(group)
+
+
+def _key(name):
+    """The node a selected decoder config fills: ``tuned/speculative_tuned`` -> ``speculative_tuned``."""
+    return name.rsplit("/", 1)[-1]
 
 
 def _yaml(group, name):
@@ -54,7 +62,7 @@ def test_main_job_config():
 def test_model_configs_compose(model):
     cfg = compose([f"model={model}", "decoder=[vanilla]"])
     assert cfg.model.target.source
-    assert cfg.model.dtype in C.DTYPES
+    assert cfg.model.dtype in S.DTYPES
 
 
 @pytest.mark.parametrize("task", _names("task"))
@@ -66,7 +74,7 @@ def test_task_configs_compose(task):
 @pytest.mark.parametrize("decoder", _names("decoder"))
 def test_decoder_configs_instantiate(decoder, target, noisy_draft, eos_ids, tokenizer):
     cfg = compose(["model=tiny-random", f"decoder=[{decoder}]"])
-    node = OmegaConf.to_container(cfg.decoder[decoder], resolve=True)
+    node = OmegaConf.to_container(cfg.decoder[_key(decoder)], resolve=True)
     dec = build_decoder(node, {"target_model": target, "draft_model": noisy_draft, "eos_token_ids": eos_ids,
                                "tokenizer": tokenizer})
     assert hasattr(dec, "generate")
@@ -79,14 +87,18 @@ def test_decoder_hyperparameters_are_overridable():
 
 @pytest.mark.parametrize("group,name", [(g, n) for g in ("model", "runner", "task", "decoder") for n in _names(g)])
 def test_every_yaml_lists_its_schema_first(group, name):
-    """Hydra's schema pattern: the first default is the group's base_* schema, and the composed node has its type."""
+    """Hydra's schema pattern: the first default is the group's base_* schema, and the composed node has its type
+    (a generated config in ``decoder/tuned/`` names it by its absolute path, ``/decoder/<schema>@_here_``)."""
     first = _yaml(group, name)["defaults"][0]
-    assert first in C.SCHEMAS[group], f"conf/{group}/{name}.yaml starts its defaults with {first!r}"
+    if name.startswith("tuned/"):
+        assert first.startswith("/decoder/") and first.endswith("@_here_"), first
+        first = first[len("/decoder/"):-len("@_here_")]
+    assert first in S.SCHEMAS[group], f"conf/{group}/{name}.yaml starts its defaults with {first!r}"
     overrides = {"model": [f"model={name}", "decoder=[vanilla]"], "runner": [f"runner={name}"],
                  "task": [f"task={name}"], "decoder": ["model=tiny-random", f"decoder=[{name}]"]}[group]
     cfg = compose(overrides)
-    node = cfg.decoder[name] if group == "decoder" else cfg[group]
-    assert OmegaConf.get_type(node) is C.SCHEMAS[group][first]
+    node = cfg.decoder[_key(name)] if group == "decoder" else cfg[group]
+    assert OmegaConf.get_type(node) is S.SCHEMAS[group][first]
 
 
 # ---------------------------------------------------------------------------------------------- no drift
@@ -94,7 +106,7 @@ def _params(cls):
     return {n: p for n, p in inspect.signature(cls).parameters.items() if n != "self"}
 
 
-@pytest.mark.parametrize("schema", list(C.SCHEMAS["decoder"].values()), ids=lambda s: s.__name__)
+@pytest.mark.parametrize("schema", list(S.SCHEMAS["decoder"].values()), ids=lambda s: s.__name__)
 def test_decoder_schema_fields_equal_constructor_parameters(schema):
     """Schema fields = constructor parameters (minus the runner-supplied ones), same defaults, no **kwargs;
     uses_draft is fixed to whether the constructor takes a draft model."""
@@ -103,14 +115,14 @@ def test_decoder_schema_fields_equal_constructor_parameters(schema):
     assert not [p for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)], \
         f"{cls.__name__} swallows arguments (**kwargs): a misspelt option would pass silently"
     fields = {f.name: f for f in dataclasses.fields(schema)}
-    assert set(fields) - set(C.DECODER_META_KEYS) == set(params) - set(C.RUNNER_SUPPLIED), \
-        f"{schema.__name__} and {cls.__name__}.__init__ differ: add the field to harness/config.py"
-    for name in set(fields) - set(C.DECODER_META_KEYS):
+    assert set(fields) - set(S.DECODER_META_KEYS) == set(params) - set(S.RUNNER_SUPPLIED), \
+        f"{schema.__name__} and {cls.__name__}.__init__ differ: declare the setting in decoders/settings.py"
+    for name in set(fields) - set(S.DECODER_META_KEYS):
         assert fields[name].default == params[name].default, (name, fields[name].default, params[name].default)
     assert fields["uses_draft"].default == ("draft_model" in params)
 
 
-@pytest.mark.parametrize("schema", list(C.SCHEMAS["task"].values()), ids=lambda s: s.__name__)
+@pytest.mark.parametrize("schema", list(S.SCHEMAS["task"].values()), ids=lambda s: s.__name__)
 def test_task_schema_fields_equal_constructor_parameters(schema):
     cls = hydra.utils.get_class(schema._target_)
     params = {n: p for n, p in _params(cls).items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
@@ -121,35 +133,31 @@ def test_task_schema_fields_equal_constructor_parameters(schema):
     assert fields["name"].default == cls.name
 
 
-def test_runner_schema_fields_equal_run_settings():
+def test_run_settings_are_the_runner_schema_declared_once():
     from harness.settings import RunSettings
 
-    settings = {f.name: f for f in dataclasses.fields(RunSettings) if f.name != "extra"}
-    fields = {f.name: f for f in dataclasses.fields(C.RunnerConfig)}
-    assert set(fields) == set(settings)
-    for name in fields:
-        assert fields[name].default == settings[name].default, name
-
+    assert issubclass(RunSettings, S.RunnerConfig)   # the same declaration, not a mirror
+    assert {f.name for f in dataclasses.fields(RunSettings)} - {f.name for f in dataclasses.fields(S.RunnerConfig)} \
+        == {"extra"}
+    with pytest.raises(ValueError, match=r"^runner\.warmup_tokens=0: must be an integer >= 1"):
+        RunSettings(warmup_tokens=0)   # a bound only the declaration states
 
 def test_named_choices_match_the_code():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from decoders.common.checks import POOL_SCOPES
-
-    assert set(C.ATTN_IMPLEMENTATIONS) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()}
-    assert C.POOL_SCOPES == POOL_SCOPES
-    assert set(C.SOURCE_FIELDS) == set(C.MODEL_SOURCES) == set(harness.models.SOURCES)
-    spec_fields = {f.name for f in dataclasses.fields(C.ModelSpec)} - {"name", "source"}
-    assert spec_fields == {k for req, opt in C.SOURCE_FIELDS.values() for k in (*req, *opt)}
+    assert set(S.ATTN_IMPLEMENTATIONS) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()}
+    assert set(S.SOURCE_FIELDS) == set(S.MODEL_SOURCES) == set(harness.models.SOURCES)
+    spec_fields = {f.name for f in dataclasses.fields(S.ModelSpec)} - {"name", "source"}
+    assert spec_fields == {k for req, opt in S.SOURCE_FIELDS.values() for k in (*req, *opt)}
 
 
 def _bound_cases():
     """(schema, field, accepted value, refused value) at every numeric or named bound of a decoder schema."""
     cases = []
-    for schema in C.SCHEMAS["decoder"].values():
+    for schema in S.SCHEMAS["decoder"].values():
         for f in dataclasses.fields(schema):
             meta = f.metadata
-            if f.name in C.DECODER_META_KEYS:
+            if f.name in S.DECODER_META_KEYS:
                 continue
             if "choices" in meta:
                 cases.append((schema, f.name, meta["choices"][0], "not-a-choice"))

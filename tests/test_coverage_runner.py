@@ -167,6 +167,9 @@ def test_run_py_refuses_with_one_error_line_and_exit_2(case, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     arg = "runner.sample_ids=[HumanEval/7]" if case == "sample_ids" else f"task.data_path={empty}"
+    if case == "empty":  # a folder holding something of the user's is never removed by a refusal
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "notes.txt").write_text("mine")
     proc = subprocess.run([sys.executable, "run.py", "model=tiny-random", "task.limit=2", "decoder=[vanilla]", arg,
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
@@ -176,6 +179,10 @@ def test_run_py_refuses_with_one_error_line_and_exit_2(case, tmp_path):
     assert len(errors) == 1
     assert ("HumanEval/7" in errors[0]) if case == "sample_ids" else ("holds no records" in errors[0])
     assert not (tmp_path / "run" / "results.jsonl").exists()
+    if case == "sample_ids":  # the folder Hydra made (.hydra/, run.log) is removed: a refusal leaves nothing
+        assert not (tmp_path / "run").exists()
+    else:
+        assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
 
 
 # -------------------------------------------------------------------------------------------------- tune.py

@@ -118,7 +118,7 @@ def _conf_without_tuned(tmp_path):
     """A copy of conf/ without the committed *_tuned configs: a checkout before the tuning step."""
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
-    for tuned in (conf / "decoder").glob("*_tuned.yaml"):
+    for tuned in (conf / "decoder" / "tuned").glob("*_tuned.yaml"):
         tuned.unlink()
     return conf
 
@@ -137,7 +137,7 @@ def test_held_out_presets_refused_before_tuning_naming_the_missing_configs(tmp_p
     _use_conf(_conf_without_tuned(tmp_path), monkeypatch)
     for name in HELD_OUT:
         missing = missing_decoder_configs(name)
-        assert missing and all(m.endswith("_tuned") for m in missing)
+        assert missing and all(m.startswith("tuned/") and m.endswith("_tuned") for m in missing)
         with pytest.raises(ConfigError, match=r"speculative_tuned.*do not exist yet.*benchmarks/tune.py"):
             check_choices([f"experiment={name}"])
     check_choices(["experiment=race_heldout_mbpp", "decoder=[vanilla]"])   # the command line replaces the list
@@ -155,7 +155,7 @@ def test_held_out_presets_validate_with_tuned_configs(name, task, offset, limit,
     into a copy of conf/, from synthetic tuning runs."""
     conf = _conf_without_tuned(tmp_path)
     runs = _tuning_runs(tmp_path / "runs", all_families=True)
-    assert tune.main([str(r) for r in runs] + ["--conf-dir", str(conf / "decoder"), "--combine", "task"]) == 0
+    assert tune.main([str(r) for r in runs] + ["--conf-dir", str(conf / "decoder" / "tuned"), "--combine", "task"]) == 0
     _use_conf(conf, monkeypatch)
     assert missing_decoder_configs(name) == []
     precheck([f"experiment={name}"])

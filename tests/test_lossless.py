@@ -21,7 +21,7 @@ from conftest import PROMPTS
 from decoders.vanilla import VanillaDecoder
 from harness.app import CONF_DIR, build_decoder, decoder_configs
 
-CONFIGS = sorted((CONF_DIR / "decoder").glob("*.yaml"))
+CONFIGS = sorted((CONF_DIR / "decoder").rglob("*.yaml"))  # the hand-written and the generated (tuned/) ones
 #: Plain text, code, and repetitive prompts (which make pools and prompt lookup hit).
 CHOSEN = [PROMPTS[i] for i in (0, 2, 3, 4, 5, 8, 9, 11)]
 MAX_NEW_TOKENS = 40
@@ -51,7 +51,8 @@ NON_DRAFTING = {"vanilla", "hf_greedy"}
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_config_reproduces_vanilla_in_float32(config: Path, target, noisy_draft, tokenizer, eos_ids, references):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["model=tiny-random", f"decoder=[{config.stem}]"])
+        selected = config.relative_to(CONF_DIR / "decoder").with_suffix("").as_posix()
+        cfg = compose("config", overrides=["model=tiny-random", f"decoder=[{selected}]"])
     dcfg = decoder_configs(cfg)[config.stem]
     supplied = {"target_model": target, "draft_model": noisy_draft if dcfg.get("uses_draft") else None,
                 "eos_token_ids": eos_ids, "tokenizer": tokenizer}

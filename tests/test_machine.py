@@ -106,9 +106,9 @@ def test_dtype_auto_records_the_resolved_dtype_in_rows_and_meta(tmp_path, monkey
 def test_tuning_mismatches_names_decoders_tuned_on_another_dtype_or_machine(tmp_path):
     from harness.config import TUNED_ON_PREFIX, tuning_mismatches
 
-    (tmp_path / "decoder").mkdir()
+    (tmp_path / "decoder" / "tuned").mkdir(parents=True)
     record = {"dtype": "bfloat16", "device_name": "AMD EPYC [25/17] (2 cores, avx2+avx512f+avx512_bf16)"}
-    (tmp_path / "decoder" / "speculative_tuned.yaml").write_text(
+    (tmp_path / "decoder" / "tuned" / "speculative_tuned.yaml").write_text(
         f"# header\n{TUNED_ON_PREFIX}{json.dumps(record)}\ngamma: 8\n")
     (tmp_path / "decoder" / "speculative.yaml").write_text("gamma: 4\n")   # hand-written: no record, no claim
     names = ["vanilla", "speculative", "speculative_tuned"]
@@ -122,7 +122,7 @@ def test_tuning_mismatches_names_decoders_tuned_on_another_dtype_or_machine(tmp_
 
 def test_a_run_with_a_config_tuned_elsewhere_says_so_in_summary_and_meta(tmp_path):
     """The committed *_tuned configs record bfloat16; a float32 tiny-model run of one is flagged, not refused."""
-    _run(tmp_path, "decoder=[vanilla,speculative_tuned]")
+    _run(tmp_path, "decoder=[vanilla,tuned/speculative_tuned]")
     assert {r["status"] for r in _rows(tmp_path)} == {"ok"}
     summary = (tmp_path / "summary.md").read_text()
     assert "decoder speculative_tuned was tuned on another setup: dtype 'bfloat16' (this run: 'float32')" in summary

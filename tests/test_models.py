@@ -109,7 +109,7 @@ def test_missing_local_folder_is_explained(tmp_path):
 
 
 def test_dtype_and_source_names_match_the_config_schema():
-    from harness.config import DTYPES, MODEL_SOURCES
+    from harness.schemas import DTYPES, MODEL_SOURCES
 
     assert set(DTYPES) == {"auto", *models._DTYPES}     # auto: resolved by models.resolve_dtype per device
     assert set(MODEL_SOURCES) == set(models.SOURCES)

@@ -120,7 +120,7 @@ def test_committed_baseline_covers_every_decoder_config():
 
     root = Path(__file__).resolve().parents[1]
     baseline = json.loads((root / "benchmarks/baselines/host_overhead.json").read_text())
-    configs = {p.stem for p in (root / "conf/decoder").glob("*.yaml")}
+    configs = {p.stem for p in (root / "conf/decoder").rglob("*.yaml")}
     assert set(baseline["decoders"]) == configs
     assert baseline["settings"] == {"max_new_tokens": 64, "prompt_tokens": 400, "prompts": 2, "dtype": "float32",
                                     "device": "cpu", "threads": 1}

@@ -1,7 +1,12 @@
 """Every experiment preset that claims figures (``hydra.callbacks.report.figures``) draws each of them: the preset
 runs on the tiny random pair (1 problem, 4 new tokens, float32, no warm-up, its sweeps kept) and every claimed
 figure must exist as a PNG in its report. A preset whose rows cannot support a figure it names (a grid figure
-without a swept setting, warm vs cold without a warm decoder) fails here."""
+without a swept setting, warm vs cold without a warm decoder) fails here.
+
+A preset that is another one on a different task or on a subset of its decoders (:data:`COVERED_BY`) is not run
+again (each run costs ~12 s of CI): a test shows that it claims no figure, sweeps no setting and uses no decoder
+class its representative does not, so the representative's run stands for it; a preset that outgrows it fails
+there and must run on its own."""
 
 from __future__ import annotations
 
@@ -21,9 +26,15 @@ PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 TINY = ["model=tiny-random", "model.dtype=float32", "task.limit=1", "runner.max_new_tokens=4", "runner.warmup=0"]
 #: Per preset: what the tiny pair cannot do (its two models' vocabularies differ, so transformers' assisted
 #: generation refuses to sample with them), and long sweeps cut to two values each (a figure needs two).
-EXTRA = {"sampled_heldout_humaneval": ["decoder=[vanilla,speculative_tuned,prompt_lookup_tuned]"],
+EXTRA = {"sampled_heldout_humaneval": ["decoder=[vanilla,tuned/speculative_tuned,tuned/prompt_lookup_tuned]"],
          "gamma_ablation": ["decoder.speculative.gamma=2,4"],
          "lookahead_sweep": ["decoder.lookahead.window_size=5,10", "decoder.lookahead.ngram_size=3"]}
+
+
+#: Preset -> the preset whose tiny run stands for it: the same sweep on another task, or a subset of its decoders.
+COVERED_BY = {"race_heldout_mbpp": "race_heldout_humaneval", "tune_all_mbpp": "tune_all",
+              **{f"tune_{family}": "tune_all" for family in
+                 ("speculative", "lookahead", "prompt_lookup", "hf_assisted", "ouroboros", "trees")}}
 
 
 def claimed(name: str) -> tuple[list[str], set[str]]:
@@ -36,7 +47,24 @@ def claimed(name: str) -> tuple[list[str], set[str]]:
     return figures, tasks
 
 
-@pytest.mark.parametrize("name", PRESETS)
+def _shape(name: str) -> tuple[set[str], set[str], set[str]]:
+    """(claimed figures, swept keys, decoder classes) of preset ``name``."""
+    cfg = compose([f"experiment={name}"], return_hydra_config=True, check=False)
+    params = set(cfg.hydra.sweeper.get("params") or {}) - {"task.split"}   # a task's own split: not a figure axis
+    return set(claimed(name)[0]), params, {str(d._target_) for d in cfg.decoder.values()}
+
+
+@pytest.mark.parametrize("name,representative", sorted(COVERED_BY.items()))
+def test_a_covered_preset_needs_nothing_its_representative_does_not_run(name, representative):
+    figures, params, classes = _shape(name)
+    rep_figures, rep_params, rep_classes = _shape(representative)
+    assert figures and figures <= rep_figures, (name, sorted(figures - rep_figures))
+    assert params <= rep_params, (name, sorted(params - rep_params))
+    assert classes <= rep_classes, (name, sorted(classes - rep_classes))
+    assert representative not in COVERED_BY and representative in PRESETS
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if p not in COVERED_BY])
 def test_preset_draws_every_figure_it_claims(name, tmp_path):
     figures, tasks = claimed(name)
     if not figures:

@@ -27,6 +27,11 @@ MISTAKES = [
     ("two tasks as a list", ["model=tiny-random", "task=[humaneval,gsm8k]"], "task"),
     ("a misspelt decoder", ["model=tiny-random", "decoder=[vanilla,speculativ]"], "unknown decoder 'speculativ'"),
     ("a budget out of bounds", ["model=tiny-random", "runner.max_new_tokens=0"], "runner.max_new_tokens=0"),
+    ("a nucleus bound on a greedy run", ["model=tiny-random", "runner.top_p=1.5"],
+     "runner.top_p=1.5: must be a number in (0.0, 1.0]"),
+    ("a setting of a decoder not selected", ["model=tiny-random", "decoder.speculatve.gamma=3"],
+     "no decoder 'speculatve' in this run; did you mean speculative?"),
+    ("a launcher without -m", ["model=tiny-random", "hydra/launcher=submitit_local"], "add -m"),
 ]
 
 

@@ -443,6 +443,11 @@ def test_figures_are_readable(frames):
 
     bars = [c for ax in fig.axes for c in ax.containers if isinstance(c, BarContainer)]
     assert bars and all(c.errorbar is not None for c in bars)          # error bars on tau
+    assert "95% bootstrap CI" in " ".join(fig._suptitle.get_text().split())
+    plots.plt.close(fig)
+    fig = plots.accept_length_by_decoder(agg, sub)  # 4 samples: no interval is drawn, none is promised
+    title = " ".join(fig._suptitle.get_text().split())
+    assert "no interval (too few samples)" in title and "CI" not in title
     plots.plt.close(fig)
     fig = plots.acceptance_by_position(fr["positions"], sub)
     fig.canvas.draw()

@@ -191,7 +191,15 @@ def test_quiet_machine_gives_no_load_warning(tmp_path, monkeypatch):
     # the run's own threads load every usable core: that is not "other work"
     monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: (float(cpu_affinity()), 0.0, 0.0))
     _run(tmp_path, "decoder=[vanilla]", "task.limit=1")
-    assert "machine load" not in (tmp_path / "summary.md").read_text()
+    md = (tmp_path / "summary.md").read_text()
+    assert "machine load" not in md and "Settings:" not in md   # vanilla has no settings to name
+
+
+def test_summary_names_each_decoders_settings(tmp_path):
+    # Before: the summary.md of a sweep's job (decoder.speculative.gamma=2,4) said "speculative" in both jobs
+    _run(tmp_path, "decoder=[vanilla,speculative,prompt_lookup]", "decoder.speculative.gamma=2", "task.limit=1")
+    md = (tmp_path / "summary.md").read_text()
+    assert "Settings: speculative: gamma=2; prompt_lookup: n=3, draft tokens=10." in md
 
 
 # ------------------------------------------------------------------------------------------ interrupts

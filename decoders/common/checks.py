@@ -1,16 +1,14 @@
 """Checks shared by the decoders: hyper-parameters and inputs. Errors raise ``ValueError`` saying what to change.
 
-What lives here: integer / pool-scope hyper-parameter checks and :func:`check_input_ids` (the one input
-check every decoder's ``generate`` runs first). The KV-cache rollback check lives with the cache edits it
-protects (:func:`decoders.common.kv_cache.check_rollback`).
+What lives here: :func:`check_int` (for helpers built outside a decoder's constructor) and
+:func:`check_input_ids` (the one input check every decoder's ``generate`` runs first). A decoder's own
+settings are checked against their declarations (:mod:`decoders.settings`, :func:`declare.check_args`); the
+KV-cache rollback check lives with the cache edits it protects (:func:`decoders.common.kv_cache.check_rollback`).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-#: Lifetimes of an n-gram / phrase pool: ``sample`` = cold start (fresh per prompt), ``task`` = warm start.
-POOL_SCOPES = ("sample", "task")
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -18,27 +16,6 @@ def check_int(name: str, value: object, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
-
-
-def check_fraction(name: str, value: object) -> float:
-    """Return ``value`` as a float if it is a number in ``[0, 1]`` (not a bool), else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a number between 0 and 1 (0 = off), got {value!r}")
-    return float(value)
-
-
-def check_bool(name: str, value: object) -> bool:
-    """Return ``value`` if it is a bool, else raise ``ValueError``."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
-def check_pool_scope(pool_scope: object) -> str:
-    """Return ``pool_scope`` if it is one of :data:`POOL_SCOPES`, else raise ``ValueError``."""
-    if pool_scope not in POOL_SCOPES:
-        raise ValueError(f"pool_scope must be one of {POOL_SCOPES}, got {pool_scope!r}")
-    return pool_scope  # type: ignore[return-value]
 
 
 def check_input_ids(input_ids: Any) -> None:

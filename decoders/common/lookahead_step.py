@@ -57,7 +57,7 @@ from decoders.common.kv_cache import crop, keep_path
 from decoders.common.ngram_pool import NGramPool
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
 from decoders.common.stopping import truncate_at_stop
-from decoders.common.tree import lookahead_layout, prepend_chain, tree_attention
+from decoders.common.tree import LookaheadLayout, lookahead_layout, prepend_chain, tree_attention
 from decoders.common.verify import multi_candidate_tree_verify
 
 

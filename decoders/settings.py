@@ -1,0 +1,116 @@
+"""Every decoder's settings, declared once: default, bound and meaning (:mod:`declare`).
+
+The constructors take their defaults from these classes and check their arguments against them
+(:func:`declare.check_args`); :mod:`harness.config` builds each decoder's Hydra schema on them; ``python run.py
+list decoder=NAME`` prints them. Torch-free, so the command line is checked before torch is imported.
+
+Adding a hyper-parameter: one field here, then the constructor argument ``name: type = <Class>.name``
+(``tests/test_configs.py`` checks that the constructor's parameters and defaults are exactly these fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from declare import at_least, between, one_of, setting
+
+#: Lifetimes of an n-gram / phrase pool: ``sample`` = cold start (fresh per prompt), ``task`` = warm start.
+POOL_SCOPES = ("sample", "task")
+#: transformers' assisted-generation schedules (GenerationConfig.num_assistant_tokens_schedule).
+ASSISTANT_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+
+
+@dataclass
+class VanillaSettings:
+    """Greedy (or sampled) decoding with a KV cache: no settings of its own."""
+
+
+@dataclass
+class HFGreedySettings:
+    """transformers' own ``generate()``: no settings of its own."""
+
+
+@dataclass
+class SpeculativeSettings:
+    """Leviathan et al. 2023 (arXiv 2211.17192)."""
+
+    gamma: int = setting(4, at_least(1), "draft tokens per step")
+
+
+@dataclass
+class HFAssistedSettings:
+    """transformers' assisted generation; null keeps transformers' default."""
+
+    gamma: Optional[int] = setting(None, at_least(1), "num_assistant_tokens, draft tokens per step (null: 20)")
+    num_assistant_tokens_schedule: Optional[str] = setting(
+        None, one_of(*ASSISTANT_SCHEDULES), "how the draft length adapts (null: constant)")
+    assistant_confidence_threshold: Optional[float] = setting(
+        None, between(0.0, 1.0), "stop drafting below this draft confidence (null: 0.4; 0: off)")
+
+
+# The n-gram pool's settings, shared by Lookahead and Ouroboros (declared once, placed in each class's order).
+def _pool_scope():
+    return setting("sample", one_of(*POOL_SCOPES), "pool lifetime: sample (cold start) or task (warm start)")
+
+
+def _seed():
+    return setting(0, at_least(0), "seed of the Jacobi window's initial tokens")
+
+
+def _pool_from_prompt():
+    return setting(False, None, "also seed the pool with the prompt's n-grams (not in the papers)")
+
+
+@dataclass
+class LookaheadSettings:
+    """Lookahead decoding (Fu et al. 2024, arXiv 2402.02057)."""
+
+    window_size: int = setting(5, at_least(1), "W, Jacobi window columns (n-grams harvested per step)")
+    ngram_size: int = setting(4, at_least(2), "N, n-gram length; a step emits up to N tokens")
+    guess_set_size: int = setting(5, at_least(0), "G, n-grams kept per key token and verified per step")
+    pool_scope: str = _pool_scope()
+    seed: int = _seed()
+    pool_from_prompt: bool = _pool_from_prompt()
+
+
+@dataclass
+class OuroborosSettings:
+    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720), with cheaper-drafting options beyond the paper."""
+
+    gamma: int = setting(6, at_least(1), "draft tokens per step (the trunk)")
+    window_size: int = setting(4, at_least(1), "W, Jacobi window columns of the draft")
+    ngram_size: int = setting(4, at_least(2), "N; phrases hold N - 1 tokens")
+    guess_set_size: int = setting(4, at_least(0), "G, phrases kept per key token and verified per draft forward")
+    topk: int = setting(3, at_least(0), "newest phrases appended as candidate suffixes (0: off)")
+    pool_scope: str = _pool_scope()
+    seed: int = _seed()
+    pool_from_prompt: bool = _pool_from_prompt()
+    free_draft_min_match: int = setting(0, at_least(0), "copy the trunk from the context when this many tokens "
+                                                        "recur (0: off)")
+    draft_vocab_size: int = setting(0, at_least(0), "draft LM head cut to the lowest-merge-rank ids (0: off)")
+    stop_confidence: float = setting(0.0, between(0.0, 1.0), "stop drafting below this draft probability (0: off)")
+    branch_confidence: float = setting(0.0, between(0.0, 1.0), "branch at trunk tokens below this draft "
+                                                               "probability (0: off)")
+    max_branches: int = setting(1, at_least(1), "most alternative branches per step")
+
+
+@dataclass
+class OptTreeSettings:
+    """OPT-Tree (Wang et al. 2024, arXiv 2406.17276), with a cost-aware rule and a hybrid copy branch."""
+
+    num_nodes: int = setting(60, at_least(1), "node budget: tree nodes verified per step (paper repo: 60)")
+    threshold: float = setting(0.5, at_least(0.0), "stop growing when a layer adds less to E(accept length)")
+    max_depth: int = setting(10, at_least(1), "draft layers at most")
+    cost_aware: bool = setting(False, None, "size the tree by measured forward costs instead of threshold")
+    copy_tokens: int = setting(0, at_least(0), "hybrid tree: copied branch length (0: off)")
+    draft_on_copy: bool = setting(True, None, "hybrid tree: also grow the draft's tree when a copy is found")
+
+
+@dataclass
+class PromptLookupSettings:
+    """Prompt lookup decoding (Saxena 2023)."""
+
+    max_ngram_size: int = setting(3, at_least(1), "longest suffix n-gram searched for in the context")
+    num_draft_tokens: int = setting(10, at_least(1), "draft length when a match is found")
+    min_ngram_size: int = setting(1, at_least(1), "shortest suffix n-gram tried (<= max_ngram_size)")

@@ -1,0 +1,100 @@
+"""Settings declared once (:mod:`declare`): the constructor, the Hydra schema and ``run.py list`` read one
+declaration, so a default or a bound changed there changes all three."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+import decoders.settings as D
+from declare import at_least, between, check_args, one_of, rows, rule_text, setting
+from harness import schemas as S
+from harness.config import ConfigError, compose
+from harness.precheck import list_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Knobs:
+    size: int = setting(4, at_least(1), "items per step")
+    share: float = setting(0.5, between(0.0, 1.0), "a fraction")
+    mode: str = setting("a", one_of("a", "b"), "which one")
+    cap: Optional[int] = setting(None, at_least(2), "null: none")
+    flag: bool = setting(False, None, "on or off")
+
+
+@pytest.mark.parametrize("values,line", [
+    (dict(size=0), "size=0: must be an integer >= 1 -- items per step"),
+    (dict(size=True), "size=True: must be an integer >= 1"),
+    (dict(size=2.0), "size=2.0: must be an integer >= 1"),
+    (dict(share=1.5), r"share=1.5: must be a number in \[0.0, 1.0\]"),
+    (dict(mode="c"), "mode='c': must be one of a, b"),
+    (dict(cap=1), "cap=1: must be an integer >= 2 or null"),
+    (dict(flag=1), "flag=1: must be true or false"),
+])
+def test_check_args_names_the_setting_its_value_and_the_rule(values, line):
+    with pytest.raises(ValueError, match=f"^task.{line}"):
+        check_args(Knobs, values, prefix="task.")
+
+
+def test_check_args_accepts_every_value_at_its_bound_and_ignores_undeclared_names():
+    check_args(Knobs, dict(size=1, share=0, mode="b", cap=None, flag=True, target_model=object(), self=None))
+    assert rule_text(Knobs, "cap") == "an integer >= 2 or null"
+
+
+def test_rows_show_the_config_value_beside_the_default():
+    table = {r[0]: r for r in rows(Knobs, {"size": 6, "mode": "a", "cap": "${oc.env:X}"})}
+    assert table["size"][1:] == ("6 (default 4)", "an integer >= 1", "items per step")
+    assert table["mode"][1] == "'a'" and table["cap"][1] == "interpolated" and table["flag"][1] == "false"
+
+
+@pytest.mark.parametrize("schema", list(S.SCHEMAS["decoder"].values()) + list(S.SCHEMAS["task"].values()),
+                         ids=lambda s: s.__name__)
+def test_every_schema_is_its_declaration_plus_plumbing(schema):
+    """Each decoder and task schema subclasses a declaration and restates none of its fields (each is the
+    declaration's own Field object); every field it adds is plumbing. So a default or a bound exists once."""
+    declared = next((b for b in schema.__mro__[1:] if b.__name__.endswith("Settings")), None)
+    assert declared is not None, f"{schema.__name__} is not built on a declared settings class"
+    own = {f.name for f in dataclasses.fields(schema)} - {f.name for f in dataclasses.fields(declared)}
+    assert own <= {"_target_", "_partial_", "uses_draft", "name"}, own
+    for f in dataclasses.fields(declared):
+        assert schema.__dataclass_fields__[f.name] is f, f"{schema.__name__} restates {f.name}"
+        assert f.metadata.get("help"), f"{declared.__name__}.{f.name} has no meaning written"
+
+
+def test_a_changed_declaration_reaches_constructor_schema_and_list(monkeypatch):
+    """The constructor's default is the declaration's object itself, not a copy of its value."""
+    from decoders.speculative import SpeculativeDecoder
+
+    assert inspect.signature(SpeculativeDecoder).parameters["gamma"].default is D.SpeculativeSettings.gamma
+    assert S.SpeculativeConfig.gamma is D.SpeculativeSettings.gamma
+    out = list_configs(["decoder=tuned/speculative_tuned", "task=humaneval"])
+    assert "gamma    6 (default 4)  an integer >= 1  draft tokens per step" in out
+    assert "stop_style" in out and "one of codex, function" in out
+
+
+def test_task_constructor_refuses_what_the_schema_refuses():
+    from tasks.gsm8k import GSM8K
+
+    with pytest.raises(ValueError, match=r"^task\.num_fewshot=9: must be an integer in \[0, 8\]"):
+        GSM8K(num_fewshot=9)
+    with pytest.raises(ConfigError, match=r"task\.num_fewshot=9: must be an integer in \[0, 8\]"):
+        compose(["task=gsm8k", "task.num_fewshot=9"])
+
+
+@pytest.mark.parametrize("args,line", [
+    (["list", "model=tiny-random"], "error: model=tiny-random: settings are listed for decoder, task, runner"),
+    (["list", "decoder=nope"], "error: unknown decoder 'nope'. Valid choices for decoder: hf_assisted"),
+    (["list", "nope"], "error: unknown config group nope"),
+])
+def test_run_py_list_refuses_in_one_line(args, line):
+    proc = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(line) and len(proc.stderr.splitlines()) == 1, proc.stderr
