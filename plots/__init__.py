@@ -17,23 +17,19 @@ hardware, task size).
 
 from __future__ import annotations
 
-import colorsys
 import logging
 import math
 import re
-import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.colors as mcolors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, PAGE_WIDTH_IN, SMALL, Style,  # noqa: F401
+                         bar_rows, family, fmt_tick, group_panels, legend_below, palette, plt, save, set_titles,
+                         shade, short_groups, stacked_axes, wrap_text)
 
 log = logging.getLogger(__name__)
 
@@ -43,190 +39,6 @@ __all__ = [
     "draw_all", "FIGURES",
 ]
 
-#: Width of a one-column figure and of a two-panel (full-width) figure, inches.
-COLUMN_WIDTH_IN = 3.5
-PAGE_WIDTH_IN = 7.0
-#: Font sizes: text, then tick labels and legends.
-FONT, SMALL = 7, 6
-#: One colour per decoder family (Okabe-Ito, colour-blind safe, and greys for the references), matched by the
-#: longest family name a decoder's name starts with (``speculative_tuned`` -> ``speculative``).
-FAMILY_COLOURS = {"vanilla": "#7f7f7f", "hf_greedy": "#3f3f3f", "speculative": "#0072B2", "hf_assisted": "#56B4E9",
-                  "prompt_lookup": "#009E73", "lookahead": "#E69F00", "ouroboros": "#D55E00",
-                  "opt_tree": "#CC79A7"}
-#: Colours of decoders outside the families above, in order of appearance.
-OTHER_COLOURS = ("#F0E442", "#000000", "#8c564b", "#17becf", "#bcbd22", "#9467bd")
-
-
-def save(fig: Any, out_dir: str | Path, name: str) -> list[Path]:
-    """Write ``<out_dir>/<name>.png`` (300 dpi) and ``.pdf``; closes the figure. Returns the paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=300, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
-    plt.close(fig)
-    return paths
-
-
-def palette(n: int) -> list[tuple[float, float, float, float]]:
-    """``n`` distinct colours for series that are not decoders (``tab10`` up to 10, ``tab20`` up to 20, else
-    evenly spaced along ``turbo``)."""
-    if n <= 10:
-        return [plt.get_cmap("tab10")(i) for i in range(n)]
-    if n <= 20:
-        return [plt.get_cmap("tab20")(i) for i in range(n)]
-    return [tuple(c) for c in plt.get_cmap("turbo")(np.linspace(0.03, 0.97, n))]
-
-
-def family(name: str) -> str | None:
-    """The decoder family of a configuration's name or label (longest prefix in :data:`FAMILY_COLOURS`)."""
-    hits = [f for f in FAMILY_COLOURS if str(name).startswith(f)]
-    return max(hits, key=len) if hits else None
-
-
-def _shade(colour: str, i: int, n: int) -> tuple[float, float, float]:
-    """The ``i``-th of ``n`` shades of ``colour``: the colour itself first, then darker and lighter ones."""
-    if n == 1 or i == 0:
-        return mcolors.to_rgb(colour)
-    h, lum, sat = colorsys.rgb_to_hls(*mcolors.to_rgb(colour))
-    steps = [-0.18, 0.18, -0.3, 0.3, -0.09, 0.09, -0.38, 0.38]
-    return colorsys.hls_to_rgb(h, min(0.92, max(0.08, lum + steps[(i - 1) % len(steps)])), sat)
-
-
-@dataclass
-class Style:
-    """How a report draws its configurations, the same in every figure: a colour and a display name per label.
-
-    Attributes:
-        colours: label -> colour (:meth:`of` builds them: a decoder family's colour, shaded per configuration).
-        names: label -> display name (the label with its settings: ``speculative_tuned (gamma=8)``).
-    """
-
-    colours: dict[str, Any] = field(default_factory=dict)
-    names: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, agg: pd.DataFrame) -> "Style":
-        """The style of an aggregate's labels (its ``label``, ``decoder`` and ``settings`` columns)."""
-        if agg is None or agg.empty or "label" not in agg:
-            return cls()
-        labels = list(dict.fromkeys(agg["label"].astype(str)))
-        decoders = dict(zip(agg["label"].astype(str), agg["decoder"].astype(str))) if "decoder" in agg else {}
-        by_family: dict[str, list[str]] = {}
-        for lab in labels:
-            by_family.setdefault(family(decoders.get(lab, lab)) or decoders.get(lab, lab), []).append(lab)
-        colours, others = {}, iter(OTHER_COLOURS * 4)
-        for fam, labs in by_family.items():
-            base = FAMILY_COLOURS.get(fam) or next(others)
-            for i, lab in enumerate(labs):
-                colours[lab] = _shade(base, i, len(labs))
-        names = {}
-        settings = dict(zip(agg["label"].astype(str), agg["settings"])) if "settings" in agg else {}
-        for lab in labels:
-            s = settings.get(lab)
-            names[lab] = f"{lab} ({s})" if isinstance(s, str) and s and "(" not in lab else lab
-        return cls(colours, names)
-
-    def colour(self, label: str) -> Any:
-        if label not in self.colours:  # a label the report's aggregate did not have: a stable fallback
-            fam = family(label)
-            self.colours[label] = mcolors.to_rgb(FAMILY_COLOURS[fam]) if fam else \
-                OTHER_COLOURS[len(self.colours) % len(OTHER_COLOURS)]
-        return self.colours[label]
-
-    def name(self, label: str, width: int = 44) -> str:
-        """The display name, wrapped to lines of ``width`` characters (an axis label in a one-column figure)."""
-        return "\n".join(textwrap.wrap(self.names.get(label, label), width, break_long_words=False,
-                                        subsequent_indent="  ")) or label
-
-
-def _fmt(v: Any) -> str:
-    """A hyper-parameter value as written in a config: ``3`` not ``3.0``."""
-    if isinstance(v, (float, np.floating)):
-        if math.isnan(v):
-            return "null"
-        if float(v).is_integer():
-            return str(int(v))
-    return str(v)
-
-
-def _wrap(text: str, width_in: float, size: float = SMALL) -> str:
-    """``text`` wrapped to fit ``width_in`` inches at font ``size`` (about 0.55 em per character)."""
-    chars = max(20, int(width_in * 72 / (0.55 * size)))
-    return "\n".join(textwrap.wrap(text, chars, break_long_words=False)) if text else ""
-
-
-def _titles(fig: Any, title: str, subtitle: str, width_in: float) -> None:
-    fig.suptitle(_wrap(title, width_in, FONT) + (f"\n{_wrap(subtitle, width_in, SMALL)}" if subtitle else ""),
-                 fontsize=SMALL)
-
-
-def _legend_below(ax: Any, ncol: int = 2, title: str | None = None, handles: Any = None, labels: Any = None,
-                  where: str = "center") -> Any:
-    """A legend under the figure's axes (``where``: center, left or right), placed by the constrained layout:
-    never over the data, never widening the figure."""
-    if handles is None:
-        handles, labels = ax.get_legend_handles_labels()
-    if not handles:
-        return None
-    return ax.figure.legend(handles, labels, loc=f"outside lower {where}", ncol=ncol, fontsize=SMALL, title=title,
-                            title_fontsize=SMALL, frameon=False)
-
-
-def short_groups(groups: Sequence[str]) -> dict[str, str]:
-    """What tells run groups apart: each label without the words all of them start and end with
-    (``humaneval: A / B (temperature=0)`` and ``... (temperature=0.7)`` -> ``temperature=0`` and
-    ``temperature=0.7``); the whole label where nothing is shared."""
-    words = [str(g).split(" ") for g in groups]
-    if len(words) < 2:
-        return {str(g): str(g) for g in groups}
-    head = 0
-    while all(len(w) > head + 1 for w in words) and len({w[head] for w in words}) == 1:
-        head += 1
-    tail = 0
-    while all(len(w) > head + tail + 1 for w in words) and len({w[-1 - tail] for w in words}) == 1:
-        tail += 1
-    out = {}
-    for g, w in zip(groups, words):
-        short = " ".join(w[head:len(w) - tail]).strip(" :")
-        if short.startswith("(") and short.endswith(")"):
-            short = short[1:-1]
-        out[str(g)] = short or str(g)
-    return out
-
-
-def _panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One panel per run group, in order, titled with what tells the groups apart (:func:`short_groups`; the
-    full labels are in the report); a single group: one untitled panel."""
-    if "group" not in frame or frame["group"].nunique() <= 1:
-        return [("", frame)]
-    titles = short_groups(list(dict.fromkeys(frame["group"].astype(str))))
-    return [(titles[str(g)], sub) for g, sub in frame.groupby("group", sort=False)]
-
-
-def _stacked(panels: Sequence[tuple[str, pd.DataFrame]], width_in: float, style: Style, per_row: float = 0.13,
-             extra: float = 0.5) -> tuple[Any, Any]:
-    """A figure of stacked panels, each as tall as its bars' labels (a wrapped name takes several lines)."""
-    heights = [max(1.5, sum(max(1.3, style.name(str(lab)).count("\n") + 1.0)
-                            for lab in dict.fromkeys(sub["label"]))) for _, sub in panels]
-    fig, axes = plt.subplots(len(panels), 1, layout="constrained", squeeze=False, sharex=True,
-                             figsize=(width_in, 0.9 + sum(extra + per_row * h for h in heights)),
-                             gridspec_kw={"height_ratios": [extra / per_row + h for h in heights]})
-    return fig, axes[:, 0]
-
-
-def _rows(ax: Any, labels: Sequence[str], style: Style) -> np.ndarray:
-    """y positions of one bar per label, top to bottom, each row as tall as its (wrapped) name; sets the ticks
-    and their labels. Returns the positions."""
-    names = [style.name(lab) for lab in labels]
-    heights = np.array([max(1.3, n.count("\n") + 1.0) for n in names])
-    total = float(heights.sum())
-    y = total - (np.cumsum(heights) - heights / 2)
-    ax.set_yticks(y)
-    ax.set_yticklabels(names, fontsize=SMALL)
-    ax.set_ylim(0, total)
-    return y
-
 
 def _hbars(ax: Any, sub: pd.DataFrame, value: str, style: Style, low: str | None = None,
            high: str | None = None, counts: bool = False) -> None:
@@ -234,7 +46,7 @@ def _hbars(ax: Any, sub: pd.DataFrame, value: str, style: Style, low: str | None
     ``n=k`` when the bars stand on different numbers of samples."""
     sub = sub.drop_duplicates("label")
     labels = sub["label"].astype(str).tolist()
-    y = _rows(ax, labels, style)
+    y = bar_rows(ax, labels, style)
     vals = pd.to_numeric(sub[value], errors="coerce").to_numpy(dtype=float)
     err = None
     if low and high and low in sub and sub[low].notna().any():
@@ -253,23 +65,23 @@ def _hbars(ax: Any, sub: pd.DataFrame, value: str, style: Style, low: str | None
 
 def _bar_figure(agg: pd.DataFrame, value: str, xlabel: str, title: str, subtitle: str, style: Style | None,
                 reference: float | None = 1.0) -> Any:
-    panels = _panels(agg)
+    panels = group_panels(agg)
     style = style or Style.of(agg)
     uneven = "paired_samples" in agg and pd.to_numeric(agg["paired_samples"], errors="coerce").nunique() > 1
-    fig, axes = _stacked(panels, COLUMN_WIDTH_IN, style)
+    fig, axes = stacked_axes(panels, COLUMN_WIDTH_IN, style)
     for ax, (group, sub) in zip(axes, panels):
         _hbars(ax, sub, value, style, f"{value}_low", f"{value}_high", counts=uneven)
         if reference is not None:
             ax.axvline(reference, color="gray", lw=0.6, ls="--")
         if group:
-            ax.set_title(_wrap(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
+            ax.set_title(wrap_text(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
     axes[-1].set_xlabel(xlabel, fontsize=FONT)
     low = f"{value}_low"
     drawn = pd.to_numeric(agg[low], errors="coerce").notna() if low in agg else pd.Series(False, index=agg.index)
     if not drawn.all():  # the aggregation gives no interval on too few samples: the title must not promise one
         title = title.replace(", 95% bootstrap CI", ", 95% bootstrap CI where n allows" if drawn.any()
                               else ", no interval (too few samples)")
-    _titles(fig, title, subtitle, COLUMN_WIDTH_IN)
+    set_titles(fig, title, subtitle, COLUMN_WIDTH_IN)
     return fig
 
 
@@ -310,7 +122,7 @@ def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_posi
         log.info("acceptance_by_position skipped: no rows with per-step draft lists (accepted_per_step)")
         return None
     style = style or Style.of(positions)
-    panels = _panels(positions)
+    panels = group_panels(positions)
     legend_lines = sum(style.name(str(lab)).count("\n") + 1 for lab in dict.fromkeys(positions["label"]))
     fig, axes = plt.subplots(len(panels), 1, layout="constrained", squeeze=False, sharex=True,
                              figsize=(COLUMN_WIDTH_IN, 0.8 + 2.1 * len(panels) + 0.12 * legend_lines))
@@ -325,14 +137,14 @@ def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_posi
         ax.tick_params(labelsize=SMALL)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if group:
-            ax.set_title(_wrap(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
+            ax.set_title(wrap_text(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
     handles = {}
     for ax in axes[:, 0]:  # one legend for every panel: a configuration has one colour throughout
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    _legend_below(axes[-1, 0], ncol=1, handles=list(handles.values()), labels=list(handles))
+    legend_below(axes[-1, 0], ncol=1, handles=list(handles.values()), labels=list(handles))
     axes[-1, 0].set_xlabel("draft position", fontsize=FONT)
-    _titles(fig, "Acceptance by draft position (solid: accepted / drafted; dashed: given the earlier ones "
+    set_titles(fig, "Acceptance by draft position (solid: accepted / drafted; dashed: given the earlier ones "
                  "accepted)", subtitle, COLUMN_WIDTH_IN)
     return fig
 
@@ -387,7 +199,7 @@ def _lines(axes: Any, series: list[tuple[str, str, pd.DataFrame]], x: str, left:
     for name in names:  # a decoder's family colour, as in every other figure; shades for its series
         by_family.setdefault(family(name.split(" ")[0]) or name, []).append(name)
     others = iter(OTHER_COLOURS * 4)
-    colours = {n: _shade(FAMILY_COLOURS.get(fam) or next(others), i, len(ns))
+    colours = {n: shade(FAMILY_COLOURS.get(fam) or next(others), i, len(ns))
                for fam, ns in by_family.items() for i, n in enumerate(ns)}
     for name, group, s in series:
         ls = GROUP_STYLES[groups.index(group) % len(GROUP_STYLES)]
@@ -400,13 +212,13 @@ def _lines(axes: Any, series: list[tuple[str, str, pd.DataFrame]], x: str, left:
     handles, labels = axes[0].get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     several = len(groups) > 1
-    _legend_below(axes[0], ncol=1 if several else 2, handles=list(seen.values()), labels=list(seen),
+    legend_below(axes[0], ncol=1 if several else 2, handles=list(seen.values()), labels=list(seen),
                   where="left" if several else "center")
     if several:
         group_handles = [plt.Line2D([], [], color="black", lw=0.9, ls=GROUP_STYLES[i % len(GROUP_STYLES)])
                          for i in range(len(groups))]
-        _legend_below(axes[1], ncol=1, title="run group", handles=group_handles,
-                      labels=[_wrap(short_groups(groups)[g], PAGE_WIDTH_IN / 3) for g in groups], where="right")
+        legend_below(axes[1], ncol=1, title="run group", handles=group_handles,
+                      labels=[wrap_text(short_groups(groups)[g], PAGE_WIDTH_IN / 3) for g in groups], where="right")
     axes[1].axhline(1.0, color="gray", lw=0.6, ls="--")
     axes[1].set_ylabel("speedup vs vanilla", fontsize=FONT)
     for ax in axes:
@@ -443,7 +255,7 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
         keys = others.get(dec, [])
         for key, s in (g.groupby(keys, sort=False, dropna=False) if keys else [((), g)]):
             key = key if isinstance(key, tuple) else (key,)
-            series.append((_class_name(dec) + "".join(f" {k}={_fmt(v)}" for k, v in zip(keys, key)), str(grp), s))
+            series.append((_class_name(dec) + "".join(f" {k}={fmt_tick(v)}" for k, v in zip(keys, key)), str(grp), s))
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
     _lines(axes, series, param, "tokens_per_s", list(dict.fromkeys(str(g) for g in agg["group"])))
     for ax in axes:
@@ -451,7 +263,7 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
         if (pd.to_numeric(agg[param], errors="coerce").dropna() % 1 == 0).all():
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("tokens / s", fontsize=FONT)
-    _titles(fig, f"Tokens/s and speedup against {param}", subtitle, PAGE_WIDTH_IN)
+    set_titles(fig, f"Tokens/s and speedup against {param}", subtitle, PAGE_WIDTH_IN)
     return fig
 
 
@@ -472,7 +284,7 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
     series = []
     for key, s in (trees.groupby(["group", *options], sort=False, dropna=False)):
         key = key if isinstance(key, tuple) else (key,)
-        series.append((", ".join(f"{k}={_fmt(v)}" for k, v in zip(options, key[1:])) or "opt_tree", str(key[0]), s))
+        series.append((", ".join(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[1:])) or "opt_tree", str(key[0]), s))
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
     _lines(axes, series, "num_nodes", "accept_length", list(dict.fromkeys(str(g) for g in trees["group"])))
     budgets = sorted(pd.to_numeric(trees["num_nodes"], errors="coerce").dropna().unique())
@@ -480,7 +292,7 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
         ax.set_xlabel("node budget (num_nodes)", fontsize=FONT)
         ax.set_xticks(budgets)  # the budgets measured, not an evenly spaced (and crowded) scale
     axes[0].set_ylabel("accept length (tokens / target forward)", fontsize=FONT)
-    _titles(fig, "Accept length and speedup against the node budget", subtitle, PAGE_WIDTH_IN)
+    set_titles(fig, "Accept length and speedup against the node budget", subtitle, PAGE_WIDTH_IN)
     return fig
 
 
@@ -507,11 +319,11 @@ def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | N
     # a phase is drawn (and in the legend) when it is visible: at least 1 % of some bar
     total = breakdown[[p[0] for p in PHASES if p[0] in breakdown]].fillna(0).sum(axis=1)
     phases = [p for p in PHASES if p[0] in breakdown and (breakdown[p[0]].fillna(0) > 0.01 * total).any()]
-    panels = _panels(breakdown)
-    fig, axes = _stacked(panels, COLUMN_WIDTH_IN, style)
+    panels = group_panels(breakdown)
+    fig, axes = stacked_axes(panels, COLUMN_WIDTH_IN, style)
     for ax, (group, sub) in zip(axes, panels):
         sub = sub.drop_duplicates("label")
-        y = _rows(ax, [str(lab) for lab in sub["label"]], style)
+        y = bar_rows(ax, [str(lab) for lab in sub["label"]], style)
         left = np.zeros(len(sub))
         for col, name, colour in phases:
             vals = sub[col].fillna(0).to_numpy(dtype=float)
@@ -520,10 +332,10 @@ def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | N
         ax.tick_params(axis="x", labelsize=SMALL)
         ax.set_xlim(0, max(1e-9, float(left.max())) * 1.05)  # the tallest bar inside the axes
         if group:
-            ax.set_title(_wrap(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
+            ax.set_title(wrap_text(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
     axes[-1].set_xlabel("ms per generated token", fontsize=FONT)
-    _legend_below(axes[-1], ncol=2)
-    _titles(fig, "Time per generated token by phase", subtitle, COLUMN_WIDTH_IN)
+    legend_below(axes[-1], ncol=2)
+    set_titles(fig, "Time per generated token by phase", subtitle, COLUMN_WIDTH_IN)
     return fig
 
 
@@ -561,9 +373,9 @@ def warm_vs_cold(warm_cold: pd.DataFrame, subtitle: str = "", style: Style | Non
         ax.tick_params(labelsize=SMALL)
     axes[0].axvline(1.0, color="gray", lw=0.6, ls="--")
     axes[0].set_yticks(np.arange(len(configs))[::-1])
-    axes[0].set_yticklabels([_wrap(c, 2.0) for c in configs], fontsize=SMALL)
-    _legend_below(axes[0], ncol=2)
-    _titles(fig, "warm: n-gram pool kept across the task's samples (pool_scope=task); cold: cleared per sample",
+    axes[0].set_yticklabels([wrap_text(c, 2.0) for c in configs], fontsize=SMALL)
+    legend_below(axes[0], ncol=2)
+    set_titles(fig, "warm: n-gram pool kept across the task's samples (pool_scope=task); cold: cleared per sample",
             subtitle, PAGE_WIDTH_IN)
     return fig
 
@@ -591,8 +403,8 @@ def compare_speedups(cmp: pd.DataFrame, subtitle: str = "") -> Any:
     ax.set_yticklabels(labels, fontsize=SMALL)
     ax.tick_params(axis="x", labelsize=SMALL)
     ax.set_xlabel("speedup vs vanilla", fontsize=FONT)
-    _legend_below(ax, ncol=2)
-    _titles(fig, "Run A vs run B: speedup vs each run's own vanilla, on the samples both cover", subtitle,
+    legend_below(ax, ncol=2)
+    set_titles(fig, "Run A vs run B: speedup vs each run's own vanilla, on the samples both cover", subtitle,
             COLUMN_WIDTH_IN)
     return fig
 
