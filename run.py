@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import hydra
 from omegaconf import DictConfig
 
 from harness.precheck import ConfigError, list_configs, precheck
+from harness.rundir import snapshot, undo
+
+#: When this process started, and the single run's folder as it was before Hydra wrote into it: a job refused
+#: for a reason only it can see leaves the folder as it found it (harness.rundir).
+STARTED = time.time()
+BEFORE = None
 
 log = logging.getLogger("run")
 #: Exit status of a refused configuration (the shell convention for bad usage).
@@ -36,12 +43,15 @@ def refuse(error: ConfigError) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    from harness.app import discard_refused_run_dir, main_job  # torch and transformers: only past precheck
+    from hydra.core.hydra_config import HydraConfig
+
+    from harness.app import main_job  # torch and transformers: only once the command line passed precheck
 
     try:
         return main_job(cfg)
     except ConfigError as e:  # a value only the job can check (sample ids, the data), or a sweep's job
-        discard_refused_run_dir()  # the folder Hydra made, if it holds nothing but its own files and logs
+        job = HydraConfig.get()
+        undo(job.runtime.output_dir, BEFORE, STARTED, f"{job.job.name}.log")
         refuse(e)
         return None
 
@@ -51,7 +61,9 @@ if __name__ == "__main__":
         if sys.argv[1:2] == ["list"]:
             print(list_configs(sys.argv[2:]))
             sys.exit(0)
-        precheck(sys.argv[1:])
+        run_dir = precheck(sys.argv[1:])
     except ConfigError as e:
         refuse(e)
+    if run_dir is not None:
+        BEFORE = snapshot(run_dir)
     main()

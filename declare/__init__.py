@@ -20,6 +20,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
 import typing
 from typing import Any, Mapping
@@ -83,6 +85,8 @@ def rule_text(cls: type, name: str) -> str:
     meta = _field(cls, name).metadata
     base, optional = _type(cls, name)
     kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
+    if typing.get_origin(base) is list:
+        kind = "a list of strings" if typing.get_args(base) == (str,) else "a list"
     if "choices" in meta:
         text = "one of " + ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in meta["choices"])
     elif "ge" in meta and "le" in meta:
@@ -101,10 +105,13 @@ def rule_text(cls: type, name: str) -> str:
 
 
 def out_of_bounds(cls: type, name: str, value: Any) -> bool:
-    """Whether ``value`` (already of the field's type, or None) breaks field ``name``'s bound."""
+    """Whether ``value`` (already of the field's type, or None) breaks field ``name``'s bound; NaN and the
+    infinities break every numeric field (no bound means anything for them)."""
     meta = _field(cls, name).metadata
     if value is None:
         return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
     return bool(("choices" in meta and value not in meta["choices"])
                 or ("ge" in meta and value < meta["ge"])
                 or ("le" in meta and value > meta["le"])
@@ -118,10 +125,10 @@ def _of_type(cls: type, name: str, value: Any) -> bool:
         return optional
     if base is bool:
         return isinstance(value, bool)
-    if base is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if base is int:  # numpy integers too
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if base is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
     if base is str:
         return isinstance(value, (str, os.PathLike))  # a file setting may be given a Path from Python
     return True
@@ -142,7 +149,15 @@ def check_args(cls: type, values: Mapping[str, Any], prefix: str = "") -> None:
         value = values[f.name]
         if not _of_type(cls, f.name, value) or out_of_bounds(cls, f.name, value):
             meaning = f" -- {f.metadata['help']}" if f.metadata.get("help") else ""
-            raise ValueError(f"{prefix}{f.name}={value!r}: must be {rule_text(cls, f.name)}{meaning}")
+            raise ValueError(f"{prefix}{f.name}={value!r}: must be {must_be(cls, f.name, value)}{meaning}")
+
+
+def must_be(cls: type, name: str, value: Any) -> str:
+    """What a refused ``value`` of field ``name`` must be: :func:`rule_text`, said to be finite for NaN/inf."""
+    text = rule_text(cls, name)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"a finite number ({text})"
+    return text
 
 
 def rows(cls: type, values: Mapping[str, Any] | None = None) -> list[tuple[str, str, str, str]]:

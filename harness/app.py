@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,19 +31,6 @@ def _run_dir(cfg: DictConfig) -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path(cfg.get("output_dir") or "results/unnamed")
-
-
-def discard_refused_run_dir() -> Path | None:
-    """Remove this job's run folder when a refusal leaves it holding only what Hydra and the logger wrote
-    (``.hydra/``, ``*.log``): a refused job leaves no folder behind. A folder with anything else (rows,
-    ``meta.json``, a summary, a file of the user's) stays untouched. Returns the removed folder, else None."""
-    if not HydraConfig.initialized():
-        return None
-    out = Path(HydraConfig.get().runtime.output_dir)
-    if not out.is_dir() or any(p.name != ".hydra" and p.suffix != ".log" for p in out.iterdir()):
-        return None
-    shutil.rmtree(out, ignore_errors=True)
-    return out
 
 
 def decoder_configs(cfg: DictConfig) -> dict[str, dict[str, Any]]:

@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from declare import out_of_bounds, rule_text
+from declare import must_be, out_of_bounds
 from harness.schemas import (BY_CLASS_NAME, DECODER_SCHEMAS, ROOT_KEYS, SOURCE_FIELDS, TASK_SCHEMAS, ModelConfig,
                              ModelSpec, PromptLookupConfig, RunnerConfig)
 
@@ -132,7 +132,7 @@ def _check_bounds(schema: type, values: Mapping[str, Any], path: str) -> list[st
             problems.append(f"{path}.{f.name}={_show(value)}: fixed by {values.get('_target_') or schema.__name__} "
                             f"(must be {_show(defaults[f.name])}); remove the override")
         elif out_of_bounds(schema, f.name, value):
-            problems.append(f"{path}.{f.name}={_show(value)}: must be {rule_text(schema, f.name)}")
+            problems.append(f"{path}.{f.name}={_show(value)}: must be {must_be(schema, f.name, value)}")
     return problems
 
 
@@ -283,9 +283,10 @@ def _runner(node: Any, problems: list[str]) -> DictConfig | None:
         problems += bounds
         problems += _check_sample_ids(rvals.get("sample_ids"))
         problems += _check_shard(rvals.get("shard"))
-        if not bounds and rvals.get("temperature") == 0 and (rvals.get("top_p") != 1.0 or rvals.get("top_k") != 0):
-            problems.append(f"runner.top_p={rvals.get('top_p')} / runner.top_k={rvals.get('top_k')}: only apply when "
-                            "sampling; set runner.temperature > 0 (greedy decoding would ignore them)")
+        off = {k: rvals.get(k) for k, v in (("top_p", 1.0), ("top_k", 0)) if rvals.get(k) != v}
+        if not bounds and rvals.get("temperature") == 0 and off:
+            problems.append(f"{' / '.join(f'runner.{k}={v}' for k, v in off.items())}: only applies when sampling; "
+                            "set runner.temperature > 0 (greedy decoding would ignore it)")
     return runner
 
 
@@ -453,11 +454,14 @@ def explain_compose_error(exc: BaseException) -> ConfigError:
     m_unselected = re.search(r"Could not override '(decoder\.([^.']+)\.[^']*)'.*Key '\2' is not in struct", text, re.S)
     if m_unselected:
         key, name = m_unselected.groups()
-        known = [p.stem for p in (CONF_DIR / "decoder").glob("*.yaml")]
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {close[0]}? " if close and close[0] != name else ""
-        return ConfigError(f"{key}: no decoder {name!r} in this run; {hint}select it first "
-                           f"(decoder=[vanilla,{name}]) or fix the name (python run.py list decoder)")
+        known = [p.stem for p in (CONF_DIR / "decoder").rglob("*.yaml")]
+        close = [c for c in difflib.get_close_matches(name, known, n=1) if c != name]
+        if close:
+            rest = key[len(f"decoder.{name}"):]
+            return ConfigError(f"{key}: no decoder {name!r} in this run; did you mean decoder.{close[0]}{rest}? "
+                               "(settings apply to the selected decoders; python run.py list decoder)")
+        return ConfigError(f"{key}: no decoder {name!r} in this run; select it first (decoder=[vanilla,{name}]) "
+                           "or fix the name (python run.py list decoder)")
     m_key = re.search(r"Key '([^']+)' (?:is )?not in (?:'(\w+)'|struct)", text)
     m_full = re.search(r"full_key: (\S+)", text)
     if m_key:

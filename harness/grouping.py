@@ -119,7 +119,7 @@ _ORDER = (*CORE_PARAMS, *SHORT_NAMES)
 
 
 def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = None,
-                   order: Sequence[str] = ()) -> str:
+                   order: Sequence[str] = (), hidden: Sequence[str] = HIDDEN_PARAMS) -> str:
     """A configuration's settings as a reader compares them: the core hyper-parameters always, every other
     setting only when it is off its default (``defaults``: the decoder schema's, when the caller has them;
     else off means false, zero or empty), booleans by name; e.g. ``gamma=8`` or ``gamma=6, W=4, N=4, G=4,
@@ -129,6 +129,8 @@ def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = Non
         decoder_params: the row's ``decoder_params`` (JSON text) or a dict.
         defaults: parameter -> default (e.g. :data:`harness.schemas.DECODER_SCHEMAS` fields).
         order: parameter order (the schema's); others follow in their own order.
+        hidden: parameters never shown (default :data:`HIDDEN_PARAMS`, the bookkeeping a reader of a table
+            does not compare; a run's own summary passes none, so a sweep over ``threshold`` is named).
     """
     p = decoder_params if isinstance(decoder_params, Mapping) else params_of(decoder_params)
     order = list(order) or list(_ORDER)
@@ -136,7 +138,7 @@ def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = Non
     shown = []
     for k in keys:
         v = p[k]
-        if k.startswith("_") or k in NON_PARAM_KEYS or k in HIDDEN_PARAMS:
+        if k.startswith("_") or k in NON_PARAM_KEYS or k in hidden:
             continue
         if k in DEPENDENT_PARAMS and norm(p.get(DEPENDENT_PARAMS[k])) in _OFF:
             continue

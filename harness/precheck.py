@@ -7,7 +7,9 @@ here for the same reason.
 
 from __future__ import annotations
 
+import difflib
 import shutil
+from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import OmegaConf
@@ -30,6 +32,15 @@ def available(group: str) -> list[str]:
     if group == "decoder":
         names += sorted(f"{TUNED_GROUP}/{p.stem}" for p in (CONF_DIR / group / TUNED_GROUP).glob("*.yaml"))
     return names
+
+
+def suggestion(name: str, choices: Sequence[str]) -> str | None:
+    """The valid choice a misspelt or moved ``name`` most likely means: ``tuned/<name>`` for a generated
+    config named without its folder, else the closest spelling (None when nothing is close)."""
+    if f"{TUNED_GROUP}/{name}" in choices:
+        return f"{TUNED_GROUP}/{name}"
+    close = difflib.get_close_matches(name, choices, n=1)
+    return close[0] if close else None
 
 
 def decoder_key(name: str) -> str:
@@ -110,6 +121,10 @@ def settings_table(group: str, name: str) -> str:
             for r in rows]
     if len(rows) == 1:
         out.append("  (no settings of its own)")
+    main_job = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml")).get(group)
+    if isinstance(main_job, dict) and main_job:  # the main job's own values beat the file's (e.g. task.limit)
+        out.append(f"  The main job (conf/config.yaml) sets {', '.join(f'{k}={declare.show(v)}' for k, v in main_job.items())}; "
+                   "an experiment or the command line may set others.")
     return "\n".join(out)
 
 
@@ -134,14 +149,28 @@ def check_choices(argv: Sequence[str]) -> None:
     refuse_group_lists([a for a in argv if not a.startswith("-")])
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
+        if sep and key.startswith("decoder.") and "/" in key.split(".")[1]:  # Hydra: a 4-line grammar error
+            node = decoder_key(key.split(".")[1])
+            rest = ".".join(key.split(".")[2:])
+            raise ConfigError(f"{arg}: a decoder's settings sit under its node name, not its config path: "
+                              f"decoder.{node}{'.' + rest if rest else ''}={value}")
         if not sep or key not in GROUPS:
             continue
         names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
         choices = available(key)
         unknown = [n for n in names if n not in choices and not any(c in n for c in "*?$()")]
         if unknown and value not in ("null",):
-            raise ConfigError(f"unknown {key} {', '.join(map(repr, unknown))}. Valid choices for {key}: "
-                              f"{', '.join(choices)}")
+            hints = [h for n in unknown if (h := suggestion(n, choices))]
+            raise ConfigError(f"unknown {key} {', '.join(map(repr, unknown))}"
+                              + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+                              + f". Valid choices for {key}: {', '.join(choices)}")
+        if key == "decoder":
+            nodes = [decoder_key(n) for n in names]
+            twice = sorted({n for n in nodes if nodes.count(n) > 1})
+            if twice:  # Hydra would merge them into one node silently
+                raise ConfigError(f"{arg}: {', '.join(twice)} selected twice (configs "
+                                  f"{', '.join(n for n in names if decoder_key(n) in twice)} fill the same decoder "
+                                  "node); keep one")
         missing = [m for n in names for m in missing_decoder_configs(n)] if key == "experiment" else []
         if missing and not any(a.lstrip("+~").startswith("decoder=") for a in argv):
             raise ConfigError(f"{arg}: decoder configs {', '.join(missing)} do not exist yet in conf/decoder/. "
@@ -177,12 +206,15 @@ def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> list[
     return points
 
 
-def precheck(argv: Sequence[str]) -> None:
+def precheck(argv: Sequence[str]) -> Path | None:
     """What ``run.py`` does before Hydra starts: check group names, then compose and :func:`validate` the
     config of every job the command line asks for (each value of each sweep, the experiment's
     ``hydra.sweeper.params`` included; at most :data:`MAX_PRECHECK_COMPOSES` compositions, combinations of
     values are left to each job's own check in :func:`main_job`), so a misspelt key or a value out of bounds
     stops the run before any folder is made, any task data read or any model fetched.
+
+    Returns:
+        The run folder of a single run (as composed now), else None (a sweep, or a command that runs no job).
 
     Raises:
         ConfigError: one line per problem.
@@ -226,7 +258,10 @@ def precheck(argv: Sequence[str]) -> None:
     if not multirun:
         validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
                  choices=dict(base.hydra.runtime.choices))
-        return
+        try:  # the folder the single run will use (harness.rundir snapshots it before Hydra writes into it)
+            return Path(str(base.hydra.run.dir))
+        except Exception:  # an interpolation only Hydra's runtime resolves
+            return None
     params = base.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
     points = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})

@@ -51,6 +51,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.grouping import settings_label
+from harness.schemas import declared_defaults
 from harness.summary import write_summary
 from harness.results import ResultWriter, cpu_affinity, emulated_half_note, read_results
 from harness import resume as resume_lib
@@ -530,8 +531,9 @@ class Runner:
                   f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
                   f"{shard}{sampled} run_identity={self.run_identity}")
         settings = "; ".join(f"{name}: {label}" for name, p in self.decoder_params.items()
-                             if (label := settings_label(dict(p))))
-        if settings:  # a sweep's job names its point here (e.g. `speculative: gamma=4`)
+                             if (label := settings_label(dict(p), declared_defaults(self.decoders.get(name)),
+                                                         hidden=())))
+        if settings:  # every setting off its declared default, so a sweep's job names its point (`gamma=4`)
             header += f"\n\nSettings: {settings}."
         return write_summary(self.run_dir, rows, self.task.quality_columns, header, self.notes(), self.coverage())
 

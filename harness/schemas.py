@@ -271,6 +271,13 @@ DECODER_SCHEMAS = {s._target_: s for s in SCHEMAS["decoder"].values()}
 BY_CLASS_NAME = {s.__name__: s for group in SCHEMAS.values() for s in group.values()} | {"ModelSpec": ModelSpec}
 
 
+def declared_defaults(decoder: Any) -> dict[str, Any]:
+    """The declared defaults of a decoder object's settings (empty for a class without a schema)."""
+    cls = type(decoder)
+    schema = DECODER_SCHEMAS.get(f"{cls.__module__}.{cls.__name__}")
+    return {f.name: f.default for f in dataclasses.fields(schema) if "help" in f.metadata} if schema else {}
+
+
 @dataclass
 class RootConfig:
     """Top-level keys of ``conf/config.yaml`` (checked by :func:`validate`; the groups have their own schemas)."""

@@ -59,11 +59,12 @@ SOURCE = DataSource(
 class MTBenchSettings(TaskSettings):
     """MT-Bench's settings (Zheng et al. 2023, arXiv 2306.05685): questions of FastChat's file, no automatic score."""
 
-    data_dir: Optional[str] = setting(None, None, "shared data folder holding mt_bench/question.jsonl")
-    source_url: Optional[str] = setting(None, None, "download URL of question.jsonl (null: FastChat's, pinned)")
+    data_dir: Optional[str] = setting(None, None, "shared data folder holding <task>/question.jsonl")
+    source_url: Optional[str] = setting(None, None, "download URL of question.jsonl (null: the task's pinned one)")
     max_new_tokens: int = setting(1024, at_least(1), "default budget per turn (runner.max_new_tokens wins)")
     system_prompt: Optional[str] = setting(None, None, "system prompt of chat renders (null: the template's own)")
-    categories: Optional[List[str]] = setting(None, None, "only these question categories (null: all)")
+    categories: Optional[List[str]] = setting(None, None, "only these question categories (Spec-Bench: or "
+                                                             "subtasks; null: all)")
     max_turns: Optional[int] = setting(None, at_least(1), "turns per question (null: all)")
 
 

@@ -195,7 +195,7 @@ def test_misspelt_key_in_a_decoder_yaml_is_refused_at_compose_time(tmp_path):
     """Before: a decoder YAML with `gama: 8` ran gamma 4 and recorded gama=8."""
     def edit(conf):
         p = conf / "decoder" / "speculative.yaml"
-        p.write_text(p.read_text().replace("gamma: 4", "gama: 8"))
+        p.write_text(p.read_text() + "gama: 8\n")
     conf = _conf_copy(tmp_path, edit)
     with pytest.raises(ConfigError) as e:
         compose(["model=tiny-random", "decoder=[vanilla,speculative]"], config_dir=conf)
@@ -415,7 +415,8 @@ def test_precheck_covers_every_job_of_a_sweep(argv, line, nothing_may_load):
         precheck(argv)
 
 
-def test_precheck_passes_valid_sweeps_and_experiments(nothing_may_load):
+def test_precheck_passes_valid_sweeps_and_experiments(nothing_may_load, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))   # presets that read ../shared/data, wherever the clone is
     precheck(["-m", "model=tiny-random", "decoder=[vanilla,speculative]", "decoder.speculative.gamma=1,2,4"])
     for name in _names("experiment"):
         if harness.precheck.missing_decoder_configs(name):  # held-out races before tuning: tests/test_experiments.py

@@ -16,6 +16,7 @@ import pytest
 import decoders.settings as D
 from declare import at_least, between, check_args, one_of, rows, rule_text, setting
 from harness import schemas as S
+from harness import schemas as S
 from harness.config import ConfigError, compose
 from harness.precheck import list_configs
 
@@ -39,6 +40,8 @@ class Knobs:
     (dict(mode="c"), "mode='c': must be one of a, b"),
     (dict(cap=1), "cap=1: must be an integer >= 2 or null"),
     (dict(flag=1), "flag=1: must be true or false"),
+    (dict(share=float("nan")), r"share=nan: must be a finite number \(a number in \[0.0, 1.0\]\)"),
+    (dict(size=4, share=float("inf")), r"share=inf: must be a finite number"),
 ])
 def test_check_args_names_the_setting_its_value_and_the_rule(values, line):
     with pytest.raises(ValueError, match=f"^task.{line}"):
@@ -81,6 +84,18 @@ def test_a_changed_declaration_reaches_constructor_schema_and_list(monkeypatch):
     assert "stop_style" in out and "one of codex, function" in out
 
 
+@pytest.mark.parametrize("override,line", [
+    ("decoder.ouroboros.stop_confidence=nan", "decoder.ouroboros.stop_confidence=nan: must be a finite number"),
+    ("runner.temperature=inf", "runner.temperature=inf: must be a finite number (a number >= 0.0)"),
+])
+def test_nan_and_inf_break_every_numeric_bound(override, line):
+    # Before: NaN compared false with every bound, so stop_confidence=nan ran, and temperature=inf passed the
+    # precheck and died in the job with a 14-line traceback
+    with pytest.raises(ConfigError) as e:
+        compose(["model=tiny-random", "decoder=[vanilla,ouroboros]", override])
+    assert str(e.value).startswith(line)
+
+
 def test_task_constructor_refuses_what_the_schema_refuses():
     from tasks.gsm8k import GSM8K
 
@@ -98,3 +113,17 @@ def test_task_constructor_refuses_what_the_schema_refuses():
 def test_run_py_list_refuses_in_one_line(args, line):
     proc = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith(line) and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("group", ["decoder", "task", "runner"])
+def test_no_hand_written_config_restates_a_declared_default(group):
+    # Before: conf/decoder/speculative.yaml said `gamma: 4`; a changed declaration (gamma 5) was then printed
+    # as `4 (default 5)` and runs kept 4. The generated tuned/ configs pin their whole setting on purpose.
+    import yaml
+
+    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+        node = yaml.safe_load(path.read_text())
+        schema = S.SCHEMAS[group][node["defaults"][0]]
+        declared = {f.name: f.default for f in dataclasses.fields(schema) if "help" in f.metadata}
+        restated = [k for k, v in node.items() if k in declared and v == declared[k]]
+        assert not restated, f"conf/{group}/{path.name} restates the declared default of {restated}"

@@ -30,7 +30,14 @@ MISTAKES = [
     ("a nucleus bound on a greedy run", ["model=tiny-random", "runner.top_p=1.5"],
      "runner.top_p=1.5: must be a number in (0.0, 1.0]"),
     ("a setting of a decoder not selected", ["model=tiny-random", "decoder.speculatve.gamma=3"],
-     "no decoder 'speculatve' in this run; did you mean speculative?"),
+     "no decoder 'speculatve' in this run; did you mean decoder.speculative.gamma?"),
+    ("a tuned config named without its folder", ["model=tiny-random", "decoder=[vanilla,speculative_tuned]"],
+     "did you mean tuned/speculative_tuned?"),
+    ("a tuned config's setting by its path", ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned]",
+                                               "decoder.tuned/speculative_tuned.gamma=3"],
+     "decoder.speculative_tuned.gamma=3"),
+    ("one decoder node selected twice", ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned,"
+                                                             "tuned/speculative_tuned]"], "selected twice"),
     ("a launcher without -m", ["model=tiny-random", "hydra/launcher=submitit_local"], "add -m"),
 ]
 

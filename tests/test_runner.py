@@ -202,6 +202,12 @@ def test_summary_names_each_decoders_settings(tmp_path):
     assert "Settings: speculative: gamma=2; prompt_lookup: n=3, draft tokens=10." in md
 
 
+def test_summary_names_a_swept_setting_the_tables_leave_out(tmp_path):
+    # Before: a sweep over opt_tree's threshold wrote `Settings: opt_tree: nodes=60.` in every job
+    _run(tmp_path, "decoder=[vanilla,opt_tree]", "decoder.opt_tree.threshold=0.3", "task.limit=1")
+    assert "Settings: opt_tree: nodes=60, threshold=0.3." in (tmp_path / "summary.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------ interrupts
 def test_interrupt_writes_summary_of_finished_cells_and_exits_130(tmp_path, monkeypatch, capsys):
     from decoders import speculative

@@ -222,7 +222,7 @@ def test_runner_refuses_greedy_only_decoders_before_loading(tmp_path, monkeypatc
     monkeypatch.delattr(LookaheadDecoder, "supports_sampling")  # stands in for a greedy-only decoder
     with pytest.raises(ConfigError, match="'lookahead'.*cannot sample"):
         _run(tmp_path, "decoder=[vanilla,lookahead]", "runner.temperature=0.7")
-    with pytest.raises(ValueError, match="only apply when sampling"):
+    with pytest.raises(ValueError, match=r"^runner\.top_k=5: only applies when sampling"):
         _run(tmp_path, "decoder=[vanilla]", "runner.top_k=5")
     assert not (tmp_path / "results.jsonl").exists()
 

@@ -1,0 +1,67 @@
+"""A refused job leaves its run folder as it found it (harness.rundir): Hydra's files put back or removed, a
+folder the job made removed, nothing of the user's or of a finished run ever touched."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from harness.rundir import HYDRA_FILES, snapshot, undo
+
+
+def _hydra_writes(folder, text="new"):
+    """What Hydra does before the job runs: the folder, .hydra/*.yaml and the job log."""
+    (folder / ".hydra").mkdir(parents=True, exist_ok=True)
+    for rel in HYDRA_FILES:
+        (folder / rel).write_text(text)
+    with open(folder / "run.log", "a") as f:
+        f.write("[job] refused\n")
+
+
+def test_a_folder_the_job_made_is_removed(tmp_path):
+    run = tmp_path / "run"
+    before = snapshot(run)
+    _hydra_writes(run)
+    assert undo(run, before, time.time()) and not run.exists()
+
+
+def test_the_users_files_stay_even_when_named_like_logs(tmp_path):
+    # Before: a folder whose entries all looked like Hydra's (.hydra/, *.log) was deleted with the user's notes.log
+    run = tmp_path / "mine"
+    (run / "experiment.log").mkdir(parents=True)
+    (run / "experiment.log" / "data.csv").write_text("1,2")
+    (run / "notes.log").write_text("important")
+    before = snapshot(run)
+    _hydra_writes(run)
+    undo(run, before, time.time())
+    assert sorted(p.name for p in run.iterdir()) == ["experiment.log", "notes.log"]
+    assert (run / "notes.log").read_text() == "important"
+
+
+def test_a_finished_runs_record_is_put_back_byte_for_byte(tmp_path):
+    # Before: a refused re-run into a finished run's folder left .hydra/ describing the refused job
+    run = tmp_path / "done"
+    _hydra_writes(run, "the finished run")
+    (run / "results.jsonl").write_text("{}\n")
+    before = snapshot(run)
+    _hydra_writes(run, "the refused job")
+    undo(run, before, time.time())
+    assert all((run / rel).read_text() == "the finished run" for rel in HYDRA_FILES)
+    assert (run / "run.log").read_text() == "[job] refused\n"        # as it was before the refused job
+    assert (run / "results.jsonl").read_text() == "{}\n"
+
+
+def test_without_a_snapshot_only_this_process_files_in_an_otherwise_empty_folder_go(tmp_path):
+    started = time.time()
+    job = tmp_path / "sweep" / "0"
+    _hydra_writes(job)
+    assert undo(job, None, started) and not job.exists()
+    kept = tmp_path / "sweep" / "1"
+    _hydra_writes(kept)
+    (kept / "results.jsonl").write_text("{}\n")                      # anything else: nothing is touched
+    assert not undo(kept, None, started) and (kept / ".hydra" / "config.yaml").exists()
+    old = tmp_path / "sweep" / "2"
+    _hydra_writes(old)
+    for p in [old / "run.log", *(old / rel for rel in HYDRA_FILES)]:
+        os.utime(p, (started - 60, started - 60))                     # written before this process started
+    assert not undo(old, None, started) and (old / "run.log").exists()
