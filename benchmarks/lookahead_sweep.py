@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -31,6 +32,7 @@ from decoders.lookahead import LookaheadDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.vanilla import VanillaDecoder
 from harness.models import load_pair
+from harness.timing import Stopwatch
 from tasks.humaneval import HumanEval
 
 log = logging.getLogger("lookahead_sweep")
@@ -41,7 +43,7 @@ def triple(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(","))
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="conf/model/<name>.yaml")
     parser.add_argument("--dtype", default=None, help="override the model config's dtype")
@@ -55,9 +57,12 @@ def main() -> None:
     parser.add_argument("--cost-curve", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64],
                         help="fed-token counts for the forward cost curve (empty to skip)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return parser.parse_args(argv)
 
+
+def setup(args: argparse.Namespace) -> tuple[Any, list[tuple[str, torch.Tensor]], dict[str, Any]]:
+    """The model pair (its target only), the rendered HumanEval prompts (as the runner renders them) and the
+    decoders to compare; logs the forward cost curve when asked."""
     model_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"), resolve=True)
     if args.dtype:
         model_cfg["dtype"] = args.dtype
@@ -72,14 +77,12 @@ def main() -> None:
         prompts.append((sample.sample_id, ids))
     log.info("model %s %s on %s, threads %d, %d prompts", pair.target_name, pair.dtype, pair.device,
              torch.get_num_threads(), len(prompts))
-
     if args.cost_curve:
         curve = forward_cost_curve(model, args.cost_curve, context=prompts[0][1])
         base = curve[args.cost_curve[0]]
         log.info("forward cost (s) by tokens fed: %s",
                  ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))
-
-    decoders = {"vanilla": VanillaDecoder(model, eos_token_ids=eos)}
+    decoders: dict[str, Any] = {"vanilla": VanillaDecoder(model, eos_token_ids=eos)}
     for n, k in args.pld:
         decoders[f"prompt_lookup n={n} k={k}"] = PromptLookupDecoder(model, max_ngram_size=n, num_draft_tokens=k,
                                                                       eos_token_ids=eos)
@@ -89,15 +92,22 @@ def main() -> None:
             model, window_size=w, ngram_size=n, guess_set_size=g, pool_from_prompt=from_prompt, eos_token_ids=eos
         )
     VanillaDecoder(model).generate(prompts[0][1], 4)  # warm-up (allocator, kernels)
+    return pair, prompts, decoders
 
-    # Decoders are interleaved per prompt (vanilla first), so load drift hits them all alike.
+
+def measure(decoders: dict[str, Any], prompts: list[tuple[str, torch.Tensor]], max_new_tokens: int
+            ) -> dict[str, dict[str, float]]:
+    """Every decoder on every prompt, interleaved per prompt (vanilla first) so load drift hits them all alike;
+    wall time through the runner's synchronized stopwatch, CPU time of the process beside it."""
     totals = {name: dict(tokens=0, steps=0, fed=0, same=0, seconds=0.0, cpu_s=0.0) for name in decoders}
     reference: dict[str, tuple[int, ...]] = {}
     for sample_id, ids in prompts:
         for name, dec in decoders.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = dec.generate(ids, args.max_new_tokens)
-            seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+            watch = Stopwatch(ids.device)
+            c0 = time.process_time()
+            watch.start()
+            res = dec.generate(ids, max_new_tokens, stopwatch=watch)
+            seconds, cpu_s = watch.stop(), time.process_time() - c0
             if name == "vanilla":
                 reference[sample_id] = res.token_ids
             acc = totals[name]
@@ -109,20 +119,33 @@ def main() -> None:
             acc["same"] += res.token_ids == reference[sample_id]
             log.info("  %s %-34s %5.1f s (cpu %5.1f s)  %.2f tok/s  tau %.2f", sample_id, name, seconds, cpu_s,
                      res.new_tokens / seconds, res.accept_length)
-    rows = []
+    return totals
+
+
+def summarize(totals: dict[str, dict[str, float]], prompts: int) -> list[dict[str, Any]]:
+    """One row per decoder: tokens/s, speedup vs vanilla by wall and by CPU time, accept length, tokens fed."""
+    rows: list[dict[str, Any]] = []
     for name, acc in totals.items():
         row = {"decoder": name, "new_tokens": acc["tokens"], "seconds": round(acc["seconds"], 2),
                "tokens_per_s": round(acc["tokens"] / acc["seconds"], 2),
                "tokens_per_cpu_s": round(acc["tokens"] / acc["cpu_s"], 2),
                "accept_length": round(acc["tokens"] / acc["steps"], 3),
-               "tokens_fed_per_step": round(acc["fed"] / max(acc["steps"] - len(prompts), 1), 1),
-               "matches_vanilla": f"{acc['same']}/{len(prompts)}"}
+               "tokens_fed_per_step": round(acc["fed"] / max(acc["steps"] - prompts, 1), 1),
+               "matches_vanilla": f"{acc['same']}/{prompts}"}
         row["speedup"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows else 1.0
         row["cpu_speedup"] = round(row["tokens_per_cpu_s"] / rows[0]["tokens_per_cpu_s"], 3) if rows else 1.0
         rows.append(row)
         log.info("%-34s %6.2f tok/s  speedup %.2fx (cpu-time %.2fx)  tau %.2f  fed/step %5.1f  equal %s", name,
                  row["tokens_per_s"], row["speedup"], row["cpu_speedup"], row["accept_length"],
                  row["tokens_fed_per_step"], row["matches_vanilla"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    pair, prompts, decoders = setup(args)
+    rows = summarize(measure(decoders, prompts, args.max_new_tokens), len(prompts))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"model": pair.target_name, "dtype": str(pair.dtype), "rows": rows,

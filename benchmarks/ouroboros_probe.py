@@ -27,6 +27,7 @@ import argparse
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -56,7 +57,7 @@ def ouro_spec(text: str) -> tuple[tuple[int, ...], dict[str, float]]:
     return tuple(int(v) for v in parts[:5]), options
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="conf/model/<name>.yaml")
     parser.add_argument("--dtype", default=None, help="override the model config's dtype")
@@ -71,9 +72,12 @@ def main() -> None:
     parser.add_argument("--cost-curve", type=int, nargs="*", default=[],
                         help="fed-token counts for both models' forward cost curves (empty to skip)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return parser.parse_args(argv)
 
+
+def setup(args: argparse.Namespace) -> tuple[Any, frozenset[int], list[tuple[str, torch.Tensor]], dict[str, Any]]:
+    """The model pair, its EOS ids, the rendered HumanEval prompts (as the runner renders them) and the decoders
+    to compare; logs the forward cost curves when asked."""
     model_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"), resolve=True)
     if args.dtype:
         model_cfg["dtype"] = args.dtype
@@ -88,15 +92,13 @@ def main() -> None:
         prompts.append((sample.sample_id, ids))
     log.info("target %s, draft %s, %s on %s, threads %d, %d prompts", pair.target_name, pair.draft_name,
              pair.dtype, pair.device, torch.get_num_threads(), len(prompts))
-
     if args.cost_curve:
         for role, model in (("target", target), ("draft", draft)):
             curve = forward_cost_curve(model, args.cost_curve, context=prompts[0][1])
             base = curve[args.cost_curve[0]]
             log.info("%s forward cost (s) by tokens fed: %s", role,
                      ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))
-
-    decoders = {"vanilla": VanillaDecoder(target, eos_token_ids=eos)}
+    decoders: dict[str, Any] = {"vanilla": VanillaDecoder(target, eos_token_ids=eos)}
     for gamma in args.spec:
         decoders[f"speculative g={gamma}"] = SpeculativeDecoder(target, draft, gamma=gamma, eos_token_ids=eos)
     if args.skip_vanilla:
@@ -109,10 +111,17 @@ def main() -> None:
         )
     VanillaDecoder(target).generate(prompts[0][1], 4)  # warm-up (allocator, kernels)
     VanillaDecoder(draft).generate(prompts[0][1], 4)
+    return pair, eos, prompts, decoders
 
-    keys = ("seconds", "tokens", "steps", "fed", "same", "draft_fwd", "draft_fed", "draft_s", "verify_s", "suffix",
-            "model_drafted", "lookahead_fwd", "free_steps", "free_acc", "branch_fed", "branch_acc")
-    totals = {name: dict.fromkeys(keys, 0) for name in decoders}
+
+KEYS = ("seconds", "tokens", "steps", "fed", "same", "draft_fwd", "draft_fed", "draft_s", "verify_s", "suffix",
+        "model_drafted", "lookahead_fwd", "free_steps", "free_acc", "branch_fed", "branch_acc")
+
+
+def measure(decoders: dict[str, Any], prompts: list[tuple[str, torch.Tensor]], args: argparse.Namespace
+            ) -> dict[str, dict[str, float]]:
+    """Run every decoder on every prompt (decoders interleaved per prompt); per decoder, the summed counters."""
+    totals = {name: dict.fromkeys(KEYS, 0) for name in decoders}
     reference: dict[str, tuple[int, ...]] = {}
     for sample_id, ids in prompts:
         for name, dec in decoders.items():
@@ -150,10 +159,15 @@ def main() -> None:
                      res.extra.get("branch_tokens_accepted", "-"), res.extra.get("branch_tokens_fed", "-"),
                      res.token_ids == reference[sample_id],
                      "" if args.untimed else f"  {seconds:5.1f} s  {res.new_tokens / seconds:.2f} tok/s")
+    return totals
+
+
+def summarize(totals: dict[str, dict[str, float]], prompts: int, untimed: bool) -> list[dict[str, Any]]:
+    """One row per decoder: tokens/s, speedup vs the first decoder, accept length and the drafting counters."""
     rows = []
     base_tps = None
     for name, acc in totals.items():
-        decode_steps = max(acc["steps"] - len(prompts), 1)
+        decode_steps = max(acc["steps"] - prompts, 1)
         row = {
             "decoder": name, "new_tokens": acc["tokens"], "seconds": round(acc["seconds"], 2),
             "tokens_per_s": round(acc["tokens"] / acc["seconds"], 2),
@@ -170,15 +184,23 @@ def main() -> None:
             "free_tokens_accepted": acc["free_acc"],
             "branch_tokens_fed": acc["branch_fed"],
             "branch_tokens_accepted": acc["branch_acc"],
-            "matches_reference": f"{acc['same']}/{len(prompts)}",
+            "matches_reference": f"{acc['same']}/{prompts}",
         }
         base_tps = base_tps or row["tokens_per_s"]  # the first decoder's (vanilla's unless --skip-vanilla)
         row["speedup"] = round(row["tokens_per_s"] / base_tps, 3)
-        if args.untimed:
+        if untimed:
             for key in ("seconds", "tokens_per_s", "draft_share", "verify_share", "speedup"):
                 row.pop(key)
         rows.append(row)
         log.info("%-36s %s", name, "  ".join(f"{k} {v}" for k, v in row.items() if k != "decoder"))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    pair, _, prompts, decoders = setup(args)
+    rows = summarize(measure(decoders, prompts, args), len(prompts), args.untimed)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"target": pair.target_name, "draft": pair.draft_name,
