@@ -322,22 +322,7 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
     Raises:
         Refused: several run groups for one task, or a missing metric.
     """
-    if metric not in agg:
-        numeric = [c for c in agg.columns if c.endswith("_low") and c[:-4] in agg]
-        raise Refused(f"--metric {metric}: not a column of harness.metrics.aggregate; with intervals: "
-                      f"{', '.join(c[:-4] for c in numeric)}")
-    per_task = agg.groupby("task", sort=False)["group"].nunique()
-    if (per_task > 1).any():
-        task = per_task[per_task > 1].index[0]
-        groups = list(dict.fromkeys(agg.loc[agg["task"] == task, "group"]))
-        raise Refused(f"task {task} has {len(groups)} run identities ({'; '.join(groups)}): tune from one run per "
-                      "dev task (same code, machine, dtype and budget), or resume the interrupted one")
-    tasks = list(dict.fromkeys(agg["task"]))
-    vanilla = {t: agg[(agg["task"] == t) & (agg["decoder"] == "vanilla")] for t in tasks}
-    for t, v in vanilla.items():
-        if v.empty:
-            raise Refused(f"task {t}: no vanilla rows, so no paired speedup; tuning runs include vanilla")
-    low, high = f"{metric}_low", f"{metric}_high"
+    tasks, vanilla = _dev_tasks(agg, metric)
     points: dict[str, Point] = {}
     for _, r in agg.iterrows():
         name = str(r["decoder"])
@@ -353,46 +338,18 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
             choice.refused = (f"no grid points of {family} in these runs (run experiment=tune_all, or "
                               f"tune_{family.replace('_best', '')}, on the dev split)")
             continue
-        problems = []
-        eligible = []
+        problems, eligible = [], []
         for p in members:
-            diverged: list[str] = []
             if p.params.get("pool_scope") == "task":
                 choice.excluded.append(f"{p.name}: warm pool (pool_scope=task) not eligible: with the race's "
                                        "runner.repeats=2 it would see each sample again")
                 continue
-            absent = [t for t in tasks if t not in p.per_task]
-            if absent:
-                problems.append(f"{p.name} was not measured on {', '.join(absent)} (every scored point must run on "
-                                "every dev task)")
-                continue
-            for t, r in p.per_task.items():
-                n_vanilla = int(vanilla[t]["samples"].iloc[0])
-                failed = (errors or {}).get((t, p.name), 0)
-                if failed or int(r["samples"]) < n_vanilla:
-                    problems.append(f"{p.name} is incomplete on {t}: {int(r['samples'])} of {n_vanilla} samples, "
-                                    f"{failed} failed cells (resume the tuning run: the same command again; failed "
-                                    "cells are retried)")
-                if columns.num(pd.Series([r.get("equal_to_vanilla")])).iloc[0] < 1:
-                    where = f"on {t} (samples {', '.join(r.get('divergent_samples') or []) or '?'})"
-                    if str(r.get("dtype")) == "float32":
-                        problems.append(f"{p.name} differs from vanilla in float32 {where}: a lossless decoder must "
-                                        "not; fix the decoder before tuning it")
-                    elif not allow_half_divergence:
-                        diverged.append(f"{p.name}: output differs from vanilla in {r.get('dtype')} {where}; equality "
-                                        "is required (--allow-half-divergence admits half-precision divergences)")
-            vals = [columns.num(pd.Series([p.per_task[t].get(metric)])).iloc[0] for t in tasks]
-            widths = [columns.num(pd.Series([p.per_task[t].get(high)])).iloc[0]
-                      - columns.num(pd.Series([p.per_task[t].get(low)])).iloc[0] for t in tasks]
-            p.score = float(sum(vals) / len(vals))
-            p.width = float(sum(widths) / len(widths)) if all(math.isfinite(w) for w in widths) else math.inf
-            if not math.isfinite(p.score):
-                problems.append(f"{p.name} has no {metric} value")
-                continue
+            found, diverged = _judge(p, tasks, vanilla, metric, errors or {}, allow_half_divergence)
+            problems += found  # any problem refuses the whole family
             if diverged:
                 choice.excluded.extend(diverged)
-                continue
-            eligible.append(p)
+            elif not found:
+                eligible.append(p)
         if problems:
             choice.refused = "; ".join(problems)
             continue
@@ -406,6 +363,66 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
             choice.chosen.notes.append(f"tie within {tie_tolerance:g} with "
                                        f"{', '.join(p.name for p in tied if p is not choice.chosen)}: narrower interval")
     return choices
+
+
+def _dev_tasks(agg: pd.DataFrame, metric: str) -> tuple[list[str], dict[str, pd.DataFrame]]:
+    """The dev tasks of ``agg`` and each one's vanilla rows.
+
+    Raises:
+        Refused: a missing metric, several run groups for one task, or a task without vanilla.
+    """
+    if metric not in agg:
+        numeric = [c for c in agg.columns if c.endswith("_low") and c[:-4] in agg]
+        raise Refused(f"--metric {metric}: not a column of harness.metrics.aggregate; with intervals: "
+                      f"{', '.join(c[:-4] for c in numeric)}")
+    per_task = agg.groupby("task", sort=False)["group"].nunique()
+    if (per_task > 1).any():
+        task = per_task[per_task > 1].index[0]
+        groups = list(dict.fromkeys(agg.loc[agg["task"] == task, "group"]))
+        raise Refused(f"task {task} has {len(groups)} run identities ({'; '.join(groups)}): tune from one run per "
+                      "dev task (same code, machine, dtype and budget), or resume the interrupted one")
+    tasks = list(dict.fromkeys(agg["task"]))
+    vanilla = {t: agg[(agg["task"] == t) & (agg["decoder"] == "vanilla")] for t in tasks}
+    for t, v in vanilla.items():
+        if v.empty:
+            raise Refused(f"task {t}: no vanilla rows, so no paired speedup; tuning runs include vanilla")
+    return tasks, vanilla
+
+
+def _judge(p: Point, tasks: list[str], vanilla: dict[str, pd.DataFrame], metric: str,
+           errors: dict[tuple[str, str], int], allow_half_divergence: bool) -> tuple[list[str], list[str]]:
+    """Score grid point ``p`` (its ``score`` and ``width``); returns (problems that refuse its family, reasons it
+    is excluded): missing tasks, incomplete or failed cells, a float32 divergence, no metric value; a
+    half-precision divergence only excludes it (unless ``allow_half_divergence``)."""
+    low, high = f"{metric}_low", f"{metric}_high"
+    absent = [t for t in tasks if t not in p.per_task]
+    if absent:
+        return [f"{p.name} was not measured on {', '.join(absent)} (every scored point must run on every dev "
+                "task)"], []
+    problems, diverged = [], []
+    for t, r in p.per_task.items():
+        n_vanilla = int(vanilla[t]["samples"].iloc[0])
+        failed = errors.get((t, p.name), 0)
+        if failed or int(r["samples"]) < n_vanilla:
+            problems.append(f"{p.name} is incomplete on {t}: {int(r['samples'])} of {n_vanilla} samples, "
+                            f"{failed} failed cells (resume the tuning run: the same command again; failed "
+                            "cells are retried)")
+        if columns.num(pd.Series([r.get("equal_to_vanilla")])).iloc[0] < 1:
+            where = f"on {t} (samples {', '.join(r.get('divergent_samples') or []) or '?'})"
+            if str(r.get("dtype")) == "float32":
+                problems.append(f"{p.name} differs from vanilla in float32 {where}: a lossless decoder must "
+                                "not; fix the decoder before tuning it")
+            elif not allow_half_divergence:
+                diverged.append(f"{p.name}: output differs from vanilla in {r.get('dtype')} {where}; equality "
+                                "is required (--allow-half-divergence admits half-precision divergences)")
+    vals = [columns.num(pd.Series([p.per_task[t].get(metric)])).iloc[0] for t in tasks]
+    widths = [columns.num(pd.Series([p.per_task[t].get(high)])).iloc[0]
+              - columns.num(pd.Series([p.per_task[t].get(low)])).iloc[0] for t in tasks]
+    p.score = float(sum(vals) / len(vals))
+    p.width = float(sum(widths) / len(widths)) if all(math.isfinite(w) for w in widths) else math.inf
+    if not math.isfinite(p.score):
+        return problems + [f"{p.name} has no {metric} value"], []
+    return problems, diverged
 
 
 # --------------------------------------------------------------------------------------------------------- output
