@@ -26,6 +26,9 @@ import os
 import typing
 from typing import Any, Mapping
 
+#: The largest integer any setting takes: sizes, budgets and seeds far below it; a larger one would only
+#: overflow a C long later or run for ever (``ngram_size=10**20``).
+MAX_INT = 2**31 - 1
 #: Rule keys a field's metadata may hold (besides ``help``).
 RULES = ("ge", "gt", "le", "choices", "contains", "fixed")
 
@@ -106,11 +109,14 @@ def rule_text(cls: type, name: str) -> str:
 
 def out_of_bounds(cls: type, name: str, value: Any) -> bool:
     """Whether ``value`` (already of the field's type, or None) breaks field ``name``'s bound; NaN and the
-    infinities break every numeric field (no bound means anything for them)."""
+    infinities break every numeric field (no bound means anything for them), and so does an integer beyond
+    :data:`MAX_INT`."""
     meta = _field(cls, name).metadata
     if value is None:
         return False
     if isinstance(value, float) and not math.isfinite(value):
+        return True
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(value) > MAX_INT:
         return True
     return bool(("choices" in meta and value not in meta["choices"])
                 or ("ge" in meta and value < meta["ge"])
@@ -157,6 +163,8 @@ def must_be(cls: type, name: str, value: Any) -> str:
     text = rule_text(cls, name)
     if isinstance(value, float) and not math.isfinite(value):
         return f"a finite number ({text})"
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return f"at most {MAX_INT} ({text})"
     return text
 
 

@@ -204,10 +204,8 @@ def main_job(cfg: DictConfig) -> float | None:
                         chat=cfg.model.get("chat_template"), config=OmegaConf.to_container(cfg, resolve=True),
                         environment=env, meta={"eos_token_ids": sorted(eos)},
                         draft_users=[n for n, c in dec_cfgs.items() if c.get("uses_draft")])
-    except ResumeMismatchError as e:
-        for line in str(e).splitlines():
-            print(f"error: {line}", file=sys.stderr)
-        sys.exit(EXIT_REFUSED)
+    except ResumeMismatchError as e:  # run.py puts Hydra's files of the folder back and exits EXIT_REFUSED
+        raise ConfigError(str(e)) from None
     summary = runner.run()
     print(f"\n{run_dir}/summary.md\n" + (run_dir / "summary.md").read_text())
     if runner.interrupted:

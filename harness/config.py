@@ -460,7 +460,8 @@ def explain_compose_error(exc: BaseException) -> ConfigError:
             rest = key[len(f"decoder.{name}"):]
             return ConfigError(f"{key}: no decoder {name!r} in this run; did you mean decoder.{close[0]}{rest}? "
                                "(settings apply to the selected decoders; python run.py list decoder)")
-        return ConfigError(f"{key}: no decoder {name!r} in this run; select it first (decoder=[vanilla,{name}]) "
+        config = f"tuned/{name}" if (CONF_DIR / "decoder" / "tuned" / f"{name}.yaml").is_file() else name
+        return ConfigError(f"{key}: no decoder {name!r} in this run; select it first (decoder=[vanilla,{config}]) "
                            "or fix the name (python run.py list decoder)")
     m_key = re.search(r"Key '([^']+)' (?:is )?not in (?:'(\w+)'|struct)", text)
     m_full = re.search(r"full_key: (\S+)", text)

@@ -104,7 +104,9 @@ def settings_table(group: str, name: str) -> str:
         ConfigError: the config does not exist, or its group has no declared settings (models, experiments).
     """
     if name not in available(group):
-        raise ConfigError(f"unknown {group} {name!r}. Valid choices for {group}: {', '.join(available(group))}")
+        hint = suggestion(name, available(group))
+        raise ConfigError(f"unknown {group} {name!r}" + (f" (did you mean {hint}?)" if hint else "")
+                          + f". Valid choices for {group}: {', '.join(available(group))}")
     node = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
     first = next((d for d in node.pop("defaults", []) if isinstance(d, str)), "")
     first = first.split("@")[0].removeprefix(f"/{group}/")  # tuned/ configs: /decoder/base_decoder_x@_here_
@@ -259,14 +261,28 @@ def precheck(argv: Sequence[str]) -> Path | None:
         validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
                  choices=dict(base.hydra.runtime.choices))
         try:  # the folder the single run will use (harness.rundir snapshots it before Hydra writes into it)
-            return Path(str(base.hydra.run.dir))
+            run_dir = Path(str(base.hydra.run.dir))
         except Exception:  # an interpolation only Hydra's runtime resolves
             return None
+        check_run_dir(run_dir)
+        return run_dir
     params = base.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
     points = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
     for point in points[:MAX_PRECHECK_COMPOSES]:
         compose(point)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run folder that cannot be one: a file, a dangling symlink, or a path through a file (Hydra would
+    stop with a FileExistsError traceback)."""
+    probe = run_dir
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_symlink() and not probe.exists():
+        raise ConfigError(f"hydra.run.dir={run_dir}: {probe} is a symlink to nothing; point hydra.run.dir at a folder")
+    if not probe.is_dir():
+        raise ConfigError(f"hydra.run.dir={run_dir}: {probe} is a file, not a folder; point hydra.run.dir at a folder")
 
 
 def check_launcher(launcher: Any, choice: str | None) -> None:

@@ -21,19 +21,26 @@ HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml
 
 @dataclass
 class Snapshot:
-    """A run folder before Hydra touched it: whether it existed, and Hydra's files in it (None: absent)."""
+    """A run folder before Hydra touched it: whether it and its ``.hydra/`` existed, its nearest existing
+    ancestor, and Hydra's files and every log in it (None: absent)."""
 
     path: Path
     existed: bool
+    hydra_existed: bool = False
+    anchor: Path | None = None
     files: dict[str, bytes | None] = field(default_factory=dict)
 
 
-def snapshot(path: str | Path, log_name: str = "run.log") -> Snapshot:
-    """The state of ``path`` that :func:`undo` restores: Hydra's files and the job log, as bytes."""
+def snapshot(path: str | Path) -> Snapshot:
+    """The state of ``path`` that :func:`undo` restores: Hydra's files and every top-level ``*.log`` (whatever
+    the job's name), as bytes; for a folder still to be made, the ancestor the job's folders will hang from."""
     path = Path(path).resolve()
-    files = {rel: ((path / rel).read_bytes() if (path / rel).is_file() else None)
-             for rel in (*HYDRA_FILES, log_name)}
-    return Snapshot(path, path.is_dir(), files)
+    anchor = next((p for p in path.parents if p.exists()), None)
+    files: dict[str, bytes | None] = {rel: ((path / rel).read_bytes() if (path / rel).is_file() else None)
+                                      for rel in HYDRA_FILES}
+    if path.is_dir():
+        files.update({p.name: p.read_bytes() for p in path.glob("*.log") if p.is_file()})
+    return Snapshot(path, path.is_dir(), (path / ".hydra").is_dir(), anchor, files)
 
 
 def undo(out_dir: str | Path, before: Snapshot | None, since: float, log_name: str = "run.log") -> bool:
@@ -49,15 +56,18 @@ def undo(out_dir: str | Path, before: Snapshot | None, since: float, log_name: s
     out = Path(out_dir).resolve()
     names = (*HYDRA_FILES, log_name)
     if before is not None and before.path == out:
-        for rel in names:
+        for rel in sorted({*names, *before.files}):
             old, p = before.files.get(rel), out / rel
             if old is None:
                 p.unlink(missing_ok=True)
             else:
                 p.write_bytes(old)
-        _remove_if_empty(out / ".hydra")
-        if not before.existed:
-            _remove_if_empty(out)
+        if not before.hydra_existed:
+            _remove_if_empty(out / ".hydra")
+        if not before.existed:  # the folder, and the parents the job made for it
+            folder = out
+            while folder != before.anchor and folder != folder.parent and _remove_if_empty(folder):
+                folder = folder.parent
         return True
     present = {p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir()} if out.is_dir() else set()
     if not present or not present <= set(names) or any(os.stat(out / rel).st_mtime < since for rel in present):
@@ -69,8 +79,9 @@ def undo(out_dir: str | Path, before: Snapshot | None, since: float, log_name: s
     return True
 
 
-def _remove_if_empty(folder: Path) -> None:
+def _remove_if_empty(folder: Path) -> bool:
     try:
         folder.rmdir()  # only succeeds on an empty folder
+        return True
     except OSError:
-        pass
+        return False

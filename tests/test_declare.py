@@ -42,6 +42,7 @@ class Knobs:
     (dict(flag=1), "flag=1: must be true or false"),
     (dict(share=float("nan")), r"share=nan: must be a finite number \(a number in \[0.0, 1.0\]\)"),
     (dict(size=4, share=float("inf")), r"share=inf: must be a finite number"),
+    (dict(size=10**20), r"size=100000000000000000000: must be at most 2147483647 \(an integer >= 1\)"),
 ])
 def test_check_args_names_the_setting_its_value_and_the_rule(values, line):
     with pytest.raises(ValueError, match=f"^task.{line}"):
@@ -87,6 +88,7 @@ def test_a_changed_declaration_reaches_constructor_schema_and_list(monkeypatch):
 @pytest.mark.parametrize("override,line", [
     ("decoder.ouroboros.stop_confidence=nan", "decoder.ouroboros.stop_confidence=nan: must be a finite number"),
     ("runner.temperature=inf", "runner.temperature=inf: must be a finite number (a number >= 0.0)"),
+    ("decoder.ouroboros.gamma=99999999999999999999", "decoder.ouroboros.gamma=99999999999999999999: must be at most"),
 ])
 def test_nan_and_inf_break_every_numeric_bound(override, line):
     # Before: NaN compared false with every bound, so stop_confidence=nan ran, and temperature=inf passed the

@@ -36,6 +36,8 @@ MISTAKES = [
     ("a tuned config's setting by its path", ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned]",
                                                "decoder.tuned/speculative_tuned.gamma=3"],
      "decoder.speculative_tuned.gamma=3"),
+    ("a run folder that is a file", ["model=tiny-random", f"hydra.run.dir={ROOT / 'README.md'}"],
+     "is a file, not a folder"),
     ("one decoder node selected twice", ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned,"
                                                              "tuned/speculative_tuned]"], "selected twice"),
     ("a launcher without -m", ["model=tiny-random", "hydra/launcher=submitit_local"], "add -m"),

@@ -65,3 +65,31 @@ def test_without_a_snapshot_only_this_process_files_in_an_otherwise_empty_folder
     for p in [old / "run.log", *(old / rel for rel in HYDRA_FILES)]:
         os.utime(p, (started - 60, started - 60))                     # written before this process started
     assert not undo(old, None, started) and (old / "run.log").exists()
+
+
+def test_parent_folders_the_job_made_go_too_and_a_users_empty_hydra_folder_stays(tmp_path):
+    # Before: hydra.run.dir=x/y/z left x/ and x/y/ behind; an empty .hydra/ of the user's was removed
+    deep = tmp_path / "x" / "y" / "z"
+    before = snapshot(deep)
+    _hydra_writes(deep)
+    undo(deep, before, time.time())
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    mine = tmp_path / "mine"
+    (mine / ".hydra").mkdir(parents=True)
+    before = snapshot(mine)
+    _hydra_writes(mine)
+    undo(mine, before, time.time())
+    assert (mine / ".hydra").is_dir() and not any((mine / ".hydra").iterdir())
+
+
+def test_a_finished_runs_log_of_another_job_name_is_kept(tmp_path):
+    # Before: a finished run with hydra.job.name=foo lost foo.log when a refused re-run undid its writes
+    run = tmp_path / "jn"
+    run.mkdir()
+    (run / "foo.log").write_text("the finished run's log\n")
+    before = snapshot(run)
+    _hydra_writes(run)
+    with open(run / "foo.log", "a") as f:
+        f.write("the refused job\n")
+    undo(run, before, time.time(), log_name="foo.log")
+    assert (run / "foo.log").read_text() == "the finished run's log\n"
