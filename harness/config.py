@@ -74,6 +74,34 @@ def tuning_mismatches(decoders: Sequence[str], dtype: str, device_name: str, con
     return out
 
 
+# --------------------------------------------------------------------------------------------------
+# The configs there are (conf/<group>/*.yaml), by the names a command line selects them with
+# --------------------------------------------------------------------------------------------------
+
+def available(group: str) -> list[str]:
+    """Names of the configs in ``conf/<group>/``; for ``decoder``, also the generated ones in ``tuned/``
+    (named ``tuned/<family>_tuned``)."""
+    names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    if group == "decoder":
+        names += sorted(f"{TUNED_GROUP}/{p.stem}" for p in (CONF_DIR / group / TUNED_GROUP).glob("*.yaml"))
+    return names
+
+
+def suggestion(name: str, choices: Sequence[str]) -> str | None:
+    """The valid choice a misspelt or moved ``name`` most likely means: ``tuned/<name>`` for a generated
+    config named without its folder, else the closest spelling (None when nothing is close)."""
+    if f"{TUNED_GROUP}/{name}" in choices:
+        return f"{TUNED_GROUP}/{name}"
+    close = difflib.get_close_matches(name, choices, n=1)
+    return close[0] if close else None
+
+
+def decoder_key(name: str) -> str:
+    """The decoder node a selected config fills, the name its rows and overrides use:
+    ``tuned/speculative_tuned`` -> ``speculative_tuned`` (its YAML's ``# @package decoder.speculative_tuned``)."""
+    return name.rsplit("/", 1)[-1]
+
+
 class ConfigError(ValueError):
     """The composed configuration cannot run; each line of the message names a key and what to change."""
 
@@ -454,15 +482,13 @@ def explain_compose_error(exc: BaseException) -> ConfigError:
     m_unselected = re.search(r"Could not override '(decoder\.([^.']+)\.[^']*)'.*Key '\2' is not in struct", text, re.S)
     if m_unselected:
         key, name = m_unselected.groups()
-        known = [p.stem for p in (CONF_DIR / "decoder").rglob("*.yaml")]
-        close = [c for c in difflib.get_close_matches(name, known, n=1) if c != name]
-        if close:
-            rest = key[len(f"decoder.{name}"):]
-            return ConfigError(f"{key}: no decoder {name!r} in this run; did you mean decoder.{close[0]}{rest}? "
-                               "(settings apply to the selected decoders; python run.py list decoder)")
-        config = f"tuned/{name}" if (CONF_DIR / "decoder" / "tuned" / f"{name}.yaml").is_file() else name
-        return ConfigError(f"{key}: no decoder {name!r} in this run; select it first (decoder=[vanilla,{config}]) "
-                           "or fix the name (python run.py list decoder)")
+        hint = suggestion(name, available("decoder"))
+        if hint and decoder_key(hint) != name:  # a misspelt node name
+            return ConfigError(f"{key}: no decoder {name!r} in this run; did you mean decoder.{decoder_key(hint)}"
+                               f"{key[len(f'decoder.{name}'):]}? (settings apply to the selected decoders; "
+                               "python run.py list decoder)")
+        return ConfigError(f"{key}: no decoder {name!r} in this run; select it first "
+                           f"(decoder=[vanilla,{hint or name}]) or fix the name (python run.py list decoder)")
     m_key = re.search(r"Key '([^']+)' (?:is )?not in (?:'(\w+)'|struct)", text)
     m_full = re.search(r"full_key: (\S+)", text)
     if m_key:

@@ -7,7 +7,6 @@ here for the same reason.
 
 from __future__ import annotations
 
-import difflib
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,7 +14,8 @@ from typing import Any, Sequence
 from omegaconf import OmegaConf
 
 import declare
-from harness.config import CONF_DIR, TUNED_GROUP, ConfigError, compose, refuse_group_lists, validate
+from harness.config import (CONF_DIR, TUNED_GROUP, ConfigError, available, compose, decoder_key,
+                            refuse_group_lists, suggestion, validate)
 from harness.schemas import SCHEMAS
 
 GROUPS = ("model", "task", "decoder", "runner", "experiment")
@@ -23,30 +23,6 @@ GROUPS = ("model", "task", "decoder", "runner", "experiment")
 SETTINGS_GROUPS = ("decoder", "task", "runner")
 #: Sweep points composed by :func:`precheck` at most (each compose takes ~0.2 s).
 MAX_PRECHECK_COMPOSES = 64
-
-
-def available(group: str) -> list[str]:
-    """Names of the configs in ``conf/<group>/``; for ``decoder``, also the generated ones in ``tuned/``
-    (named ``tuned/<family>_tuned``)."""
-    names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-    if group == "decoder":
-        names += sorted(f"{TUNED_GROUP}/{p.stem}" for p in (CONF_DIR / group / TUNED_GROUP).glob("*.yaml"))
-    return names
-
-
-def suggestion(name: str, choices: Sequence[str]) -> str | None:
-    """The valid choice a misspelt or moved ``name`` most likely means: ``tuned/<name>`` for a generated
-    config named without its folder, else the closest spelling (None when nothing is close)."""
-    if f"{TUNED_GROUP}/{name}" in choices:
-        return f"{TUNED_GROUP}/{name}"
-    close = difflib.get_close_matches(name, choices, n=1)
-    return close[0] if close else None
-
-
-def decoder_key(name: str) -> str:
-    """The decoder node a selected config fills, the name its rows and overrides use:
-    ``tuned/speculative_tuned`` -> ``speculative_tuned`` (its YAML's ``# @package decoder.speculative_tuned``)."""
-    return name.rsplit("/", 1)[-1]
 
 
 def describe(group: str) -> list[tuple[str, str]]:
@@ -125,8 +101,8 @@ def settings_table(group: str, name: str) -> str:
         out.append("  (no settings of its own)")
     main_job = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml")).get(group)
     if isinstance(main_job, dict) and main_job:  # the main job's own values beat the file's (e.g. task.limit)
-        out.append(f"  The main job (conf/config.yaml) sets {', '.join(f'{k}={declare.show(v)}' for k, v in main_job.items())}; "
-                   "an experiment or the command line may set others.")
+        given = ", ".join(f"{k}={declare.show(v)}" for k, v in main_job.items())
+        out.append(f"  The main job (conf/config.yaml) sets {given}; an experiment or the command line may set others.")
     return "\n".join(out)
 
 
@@ -176,7 +152,8 @@ def check_choices(argv: Sequence[str]) -> None:
         missing = [m for n in names for m in missing_decoder_configs(n)] if key == "experiment" else []
         if missing and not any(a.lstrip("+~").startswith("decoder=") for a in argv):
             raise ConfigError(f"{arg}: decoder configs {', '.join(missing)} do not exist yet in conf/decoder/. "
-                              f"{TUNED_GROUP}/*_tuned configs are written by benchmarks/tune.py from the dev-split tuning runs "
+                              f"{TUNED_GROUP}/*_tuned configs are written by benchmarks/tune.py from the dev-split "
+                              "tuning runs "
                               "(docs/experiments.md, \"Tuning protocol\").")
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Iterator, Mapping, Optional, Sequence, TypeVar
 
-from declare import above, at_least, one_of, setting
+from declare import above, at_least, check_args, one_of, setting
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class DataNotFoundError(FileNotFoundError):
 class TaskSettings:
     """The settings every task takes (declared once: :mod:`declare`). Each task adds its own in a subclass,
     next to its code; its constructor takes these defaults and checks its arguments with
-    ``check_args(<Settings>, locals(), prefix="task.")``; :mod:`harness.config` builds the Hydra schema on them."""
+    :meth:`Task.take_settings`; :mod:`harness.schemas` builds the Hydra schema on them."""
 
     data_path: Optional[str] = setting(None, None, "the task's data file (null: data_dir / the default source)")
     limit: Optional[int] = setting(None, at_least(1), "problems run (null: all)")
@@ -202,6 +202,18 @@ class Task:
     quality_columns: Sequence[str] = ()
     prompt_style: str = "auto"
     origin: str | None = None
+
+    def take_settings(self, settings: type, arguments: Mapping[str, Any]) -> None:
+        """A constructor's first step: check its ``arguments`` (its ``locals()``) against the task's declared
+        ``settings`` (:func:`declare.check_args`, messages prefixed ``task.``) and keep the ones every task has:
+        ``limit``, ``offset``, ``max_new_tokens``, ``prompt_style``.
+
+        Raises:
+            ValueError: an argument of the wrong type or out of its bound.
+        """
+        check_args(settings, arguments, prefix="task.")
+        for name in ("limit", "offset", "max_new_tokens", "prompt_style"):
+            setattr(self, name, arguments[name])
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
         """The selected samples, in the task's fixed order."""

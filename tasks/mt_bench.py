@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, List, Optional, Sequence
 
-from declare import at_least, check_args, setting
+from declare import at_least, setting
 from tasks.types import Sample
 from tasks.base import Task, TaskSettings, cut_at_stop, select_slice
 from tasks.data import DataSource, load_records, require_fields
@@ -122,8 +122,7 @@ class MTBench(Task):
         max_turns: int | None = S.max_turns,
         source_url: str | None = S.source_url,
     ):
-        check_args(S, locals(), prefix="task.")
-        self.limit, self.offset, self.max_new_tokens, self.prompt_style = limit, offset, max_new_tokens, prompt_style
+        self.take_settings(S, locals())
         self.system_prompt = system_prompt
         self.max_turns = max_turns
         source = replace(self.source, url=source_url) if source_url else self.source
