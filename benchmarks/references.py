@@ -5,7 +5,8 @@ folders; this is the one command that does. The README's headline blocks have th
 
     python benchmarks/references.py             # rewrite every committed report (tables and figures)
     python benchmarks/references.py --check     # exit 1 when a committed table differs from what the rows give now
-                                                # (tables only: figures depend on the matplotlib build)
+                                                # (tables only: figures depend on the matplotlib build;
+                                                # CSV numbers compared to a relative 1e-9)
 
 A report in a run folder reads that run (``<run>/report`` reads ``<run>``). Exit status: 0 up to date or
 written, 1 ``--check`` found a difference (a unified diff of each is printed), 2 no committed report found.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import subprocess
 import sys
@@ -50,6 +52,32 @@ def committed_reports() -> dict[Path, tuple[Path, ...]]:
     return dict(sorted(found.items()))
 
 
+def _same_line(a: str, b: str) -> bool:
+    """Two table lines agree: equal text, or (CSV) equal fields where numbers may differ in their last bits
+    (relative 1e-9: least-squares fits and sums come out a few ulps apart on CPUs with other vector units)."""
+    if a == b:
+        return True
+    fa, fb = a.rstrip("\n").split(","), b.rstrip("\n").split(",")
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb):
+        if x == y:
+            continue
+        try:
+            if not math.isclose(float(x), float(y), rel_tol=1e-9, abs_tol=1e-12):
+                return False
+        except ValueError:
+            return False
+    return True
+
+
+def same_table(old: str, new: str, suffix: str) -> bool:
+    """A committed table's text ``old`` agrees with the regenerated ``new`` (``suffix`` ``.csv``: numbers to a
+    relative 1e-9, see :func:`_same_line`; other tables: exact text)."""
+    a, b = old.splitlines(), new.splitlines()
+    return len(a) == len(b) and all(_same_line(x, y) if suffix == ".csv" else x == y for x, y in zip(a, b))
+
+
 def regenerate(runs: tuple[Path, ...], out: Path, plots: bool) -> dict[str, Path]:
     """Write the report of ``runs`` into ``out``."""
     return report.write_report(list(runs), out, plots=plots)
@@ -78,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 old = folder / new.name
                 a = old.read_text().splitlines(keepends=True) if old.is_file() else []
                 b = new.read_text().splitlines(keepends=True)
-                if a != b:
+                if not same_table("".join(a), "".join(b), new.suffix):
                     stale += 1
                     sys.stdout.writelines(difflib.unified_diff(a, b, str(old), f"{old} (now)", n=1))
     if args.check:

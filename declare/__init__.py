@@ -30,7 +30,7 @@ from typing import Any, Mapping
 #: overflow a C long later or run for ever (``ngram_size=10**20``).
 MAX_INT = 2**31 - 1
 #: Rule keys a field's metadata may hold (besides ``help``).
-RULES = ("ge", "gt", "le", "choices", "contains", "fixed")
+RULES = ("ge", "gt", "le", "choices", "contains", "fixed", "or_zero")
 
 
 def at_least(minimum: float) -> dict[str, Any]:
@@ -46,6 +46,11 @@ def above(minimum: float) -> dict[str, Any]:
 def between(low: float, high: float) -> dict[str, Any]:
     """The value must lie in ``[low, high]``."""
     return {"ge": low, "le": high}
+
+
+def zero_or(rule: Mapping[str, Any]) -> dict[str, Any]:
+    """The value must be 0 (a setting's "off") or keep ``rule``, e.g. ``zero_or(between(1e-3, 100))``."""
+    return {**rule, "or_zero": True}
 
 
 def one_of(*choices: Any) -> dict[str, Any]:
@@ -104,6 +109,8 @@ def rule_text(cls: type, name: str) -> str:
         text = f"a string containing {meta['contains']!r}"
     else:
         text = kind
+    if meta.get("or_zero"):
+        text = f"0 or {text}"
     return text + (" or null" if optional else "")
 
 
@@ -118,6 +125,8 @@ def out_of_bounds(cls: type, name: str, value: Any) -> bool:
         return True
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(value) > MAX_INT:
         return True
+    if meta.get("or_zero") and value == 0:
+        return False
     return bool(("choices" in meta and value not in meta["choices"])
                 or ("ge" in meta and value < meta["ge"])
                 or ("le" in meta and value > meta["le"])

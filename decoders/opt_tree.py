@@ -31,10 +31,12 @@ Beyond the paper (each off by default):
   verified tree is cut to the size ``n <= num_nodes`` that maximises it. OPT-Tree's ``threshold`` ignores that ``k`` tokens are nearly free on a GPU (or a CPU with
   bf16 units) and not in float32 on a CPU.
 * ``copy_tokens`` (the *hybrid tree*): before the draft model runs, the continuation that followed the most recent
-  earlier occurrence of the context's last n-gram (prompt lookup's match, up to ``copy_tokens`` tokens) is put in
-  the tree as a chain under the pending token (origin ``copy``, value 1 per node: always verified). With
-  ``draft_on_copy=False`` a step with a match runs no draft forward at all (the copy is the whole tree); otherwise
-  the draft's tree is grown as usual and merged with it (a draft node equal to a copy node is the same node).
+  earlier occurrence of the context's last n-gram (prompt lookup's match, up to ``min(copy_tokens, num_nodes)``
+  tokens) is put in the tree as a chain under the pending token (origin ``copy``, value 1 per node: always
+  verified). With ``draft_on_copy=False`` a step with a match runs no draft forward at all (the copy is the whole
+  tree); otherwise the draft's tree is grown within the budget the copy leaves (``num_nodes - len(copy)`` nodes)
+  and merged with it (a draft node equal to a copy node is the same node). ``num_nodes`` bounds every step's
+  verified tree, copy included.
 """
 
 from __future__ import annotations
@@ -75,11 +77,14 @@ class OptTreeDecoder:
     Args:
         target_model: the model whose greedy output (or sampling distribution) is reproduced.
         draft_model: a smaller model with the same tokenizer (required).
-        num_nodes: the node budget ``n >= 1``: nodes verified per step (the pending token not included).
-        threshold: ``delta >= 0``; growth stops when a layer adds less than ``delta`` to the best tree's ``E(A)``.
+        num_nodes: the node budget ``n >= 1``: nodes verified per step, the copied branch included (the pending
+            token not included).
+        threshold: ``0 <= delta <= 1``; growth stops when a layer adds less than ``delta`` to the best tree's
+            ``E(A)`` (a layer's nodes are distinct paths, so their values sum to at most 1).
         max_depth: ``>= 1`` layers at most (so the tree's depth is at most ``max_depth``).
         cost_aware: grow, expand and cut the tree by measured forward costs instead of ``threshold``.
-        copy_tokens: ``>= 0``; 0 = off. Otherwise the hybrid tree's copied branch holds up to this many tokens.
+        copy_tokens: ``>= 0``; 0 = off. Otherwise the hybrid tree's copied branch holds up to this many tokens
+            (and at most ``num_nodes``).
         draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found.
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (applied to the draft's values too).
@@ -146,6 +151,7 @@ class _TreeGrower:
         self.cached = 0
         self.device = decoder.draft_model.get_input_embeddings().weight.device
         self.draftable = True
+        self.budget = decoder.num_nodes  # draft nodes of this step's tree (num_nodes less the copied branch)
         # This step's state, set by propose and read by accepted:
         self.ctx_len = 0                 # draft cache length before the tree's nodes (the step's context)
         self.fed: dict[int, int] = {}    # candidate index -> its position among the nodes fed to the draft
@@ -169,12 +175,14 @@ class _TreeGrower:
         depth_limit = min(d.max_depth, room)
         copy: list[int] = []
         if d.copy_tokens and room:
-            copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, min(d.copy_tokens, room)),
-                                    d.eos_token_ids, d.copy_tokens)
+            length = min(d.copy_tokens, room, d.num_nodes)  # the copy is verified within the node budget
+            copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, length), d.eos_token_ids,
+                                    length)
         self.fed = {}
+        self.budget = d.num_nodes - len(copy)  # draft nodes this step: the budget the copy leaves
         nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
         forwards = fed_tokens = 0
-        if depth_limit and self.draftable and (not copy or d.draft_on_copy):
+        if depth_limit and self.draftable and self.budget and (not copy or d.draft_on_copy):
             nodes, forwards, fed_tokens = self._grow(context, depth_limit)
         tokens, parents, origins = self._merge(copy, nodes)
         labels = ("draft", "copy") if d.copy_tokens else ("draft",)
@@ -192,7 +200,7 @@ class _TreeGrower:
 
     def _grow(self, context: list[int], depth_limit: int) -> tuple[list[tuple[int, int, float, int]], int, int]:
         """Grow the tree layer by layer; returns the selected nodes (topological order), forwards, tokens fed."""
-        d, n = self.d, self.d.num_nodes
+        d, n = self.d, self.budget
         feed = context[self.cached:]
         logits = forward(d.draft_model, torch.tensor([feed], device=self.device), self.cache, logits_to_keep=1)
         forwards, fed_tokens = 1, len(feed)
@@ -272,10 +280,10 @@ class _TreeGrower:
         return [i for i in best if i >= first and cand[i][0] not in self.d.eos_token_ids]
 
     def _select(self, cand: list[tuple[int, int, float, int]], among: Sequence[int] | None = None) -> list[int]:
-        """Indices of the top ``num_nodes`` candidates (of ``among``, default all) by value (ties: shallower first,
+        """Indices of the top ``budget`` candidates (of ``among``, default all) by value (ties: shallower first,
         so parents precede; then the older candidate)."""
         order = sorted(range(len(cand)) if among is None else among, key=lambda i: (-cand[i][2], cand[i][3], i))
-        return order[: self.d.num_nodes]
+        return order[: self.budget]
 
     def _rates(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> list[float]:
         """Expected tokens per second of a step verifying the first ``m`` of ``best`` (``m = 0 .. len(best)``):

@@ -99,11 +99,13 @@ class OuroborosSettings:
 class OptTreeSettings:
     """OPT-Tree (Wang et al. 2024, arXiv 2406.17276), with a cost-aware rule and a hybrid copy branch."""
 
-    num_nodes: int = setting(60, at_least(1), "node budget: tree nodes verified per step (paper repo: 60)")
-    threshold: float = setting(0.5, at_least(0.0), "stop growing when a layer adds less to E(accept length)")
+    num_nodes: int = setting(60, at_least(1), "node budget: tree nodes verified per step, a copied branch "
+                                              "included (paper repo: 60)")
+    threshold: float = setting(0.5, between(0.0, 1.0), "stop growing when a layer adds less to E(accept length) "
+                                                       "(a layer adds at most 1)")
     max_depth: int = setting(10, at_least(1), "draft layers at most")
     cost_aware: bool = setting(False, None, "size the tree by measured forward costs instead of threshold")
-    copy_tokens: int = setting(0, at_least(0), "hybrid tree: copied branch length (0: off)")
+    copy_tokens: int = setting(0, at_least(0), "hybrid tree: copied branch length, within num_nodes (0: off)")
     draft_on_copy: bool = setting(True, None, "hybrid tree: also grow the draft's tree when a copy is found")
 
 

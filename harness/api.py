@@ -19,14 +19,13 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from decoders.common.sampling import GREEDY, SamplingConfig
 from harness.app import CONF_DIR, supplied_arguments
 from harness.app import build_decoder as app_build_decoder
-from harness.precheck import available, decoder_key
+from harness.config import ConfigError, compose
+from harness.precheck import available, check_choices, decoder_key
 from harness.models import ModelPair, load_pair
 from tasks.base import encode_prompt
 
@@ -43,11 +42,20 @@ def _value(v: Any) -> str:
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The run config ``run.py`` would compose with these command-line ``overrides``."""
-    if GlobalHydra.instance().is_initialized():
-        return compose("config", overrides=list(overrides))
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    """The run config ``run.py`` would compose with these command-line ``overrides``, checked as ``run.py``
+    checks it (:func:`harness.config.compose`).
+
+    Raises:
+        ConfigError: (a ``ValueError``) an unknown config name (``decoder=typo``: the valid choices and the
+            nearest name), an unknown key, a wrong type, a value out of bounds or a malformed override; one line
+            per problem, without Hydra's traceback.
+    """
+    overrides = list(overrides)
+    try:
+        check_choices(overrides)  # the command line's did-you-mean, not Hydra's search-path listing
+        return compose(overrides)
+    except ConfigError as e:
+        raise ConfigError(str(e)) from None  # the message says it all; Hydra's chained traceback does not help
 
 
 def load_pair_by_name(model: str, device: str = "auto", need_draft: bool = True, **overrides: Any) -> ModelPair:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,21 @@ from harness.models import ModelLoadError, check_fits, load_pair
 from harness.resume import ResumeMismatchError
 from harness.results import environment
 from harness.grouping import NON_PARAM_KEYS
+from harness.rundir import pin
+from harness.runlock import FolderBusyError, acquire
 from harness.runner import Runner
 from harness.settings import RunSettings, parse_shard
 
 log = logging.getLogger(__name__)
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
-__all__ = ["ConfigError", "decoder_configs", "main_job", "CONF_DIR"]
+__all__ = ["ConfigError", "RunIOError", "decoder_configs", "main_job", "resume_command", "CONF_DIR"]
+
+
+class RunIOError(OSError):
+    """Writing the run folder failed (a full disk, a file-size limit, a folder that cannot be written); the
+    message says what, that the rows written before are kept, and the command that resumes."""
+
 
 def _run_dir(cfg: DictConfig) -> Path:
     if HydraConfig.initialized():
@@ -113,6 +122,25 @@ def build_decoder(dcfg: dict[str, Any], supplied: dict[str, Any]) -> Any:
     return factory(**{k: v for k, v in supplied.items() if k in params})
 
 
+def resume_command(run_dir: str | Path) -> str:
+    """The shell command that resumes this job: this process's command line (``run.py`` and its overrides; the
+    job's overrides when not started by ``run.py``) with its folder pinned, ``hydra.sweep.dir=<root>`` for a
+    sweep's job, else ``hydra.run.dir=<run_dir>``: the default folder is named by the time it started, so the
+    same command alone would start a new one."""
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get() if HydraConfig.initialized() else None
+    if hydra_cfg is not None and hydra_cfg.mode == RunMode.MULTIRUN:
+        key, folder = "hydra.sweep.dir", Path(str(hydra_cfg.sweep.dir))
+    else:
+        key, folder = "hydra.run.dir", Path(run_dir)
+    if Path(sys.argv[0]).name == "run.py":
+        program, args = sys.argv[0], list(sys.argv[1:])
+    else:
+        program, args = "run.py", list(hydra_cfg.overrides.task) if hydra_cfg is not None else []
+    return shlex.join([sys.executable, program, *pin(args, key, str(folder.resolve()))])
+
+
 def _choices() -> dict[str, Any] | None:
     return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else None
 
@@ -124,23 +152,24 @@ EXIT_NOTHING_MEASURED = 3  # no cell was measured (all prompt_too_long / empty_p
 EXIT_INTERRUPTED = 130     # Ctrl-C; the finished cells are summarised
 
 
-def _stop_quietly_on_ctrl_c() -> None:
+def _stop_quietly_on_ctrl_c(resume: str) -> None:
     """Ctrl-C outside the runner's cell loop (loading models, building decoders) ends the process with one
     line instead of a traceback (Python then exits by SIGINT, status 130 in the shell). The runner catches
     Ctrl-C itself while it runs cells: it finishes the row being written, summarises the finished cells and
-    exits with :data:`EXIT_INTERRUPTED`."""
+    exits with :data:`EXIT_INTERRUPTED`. ``resume``: the command that resumes (:func:`resume_command`)."""
     previous = sys.excepthook
     if getattr(previous, "quiet_ctrl_c", False):
-        return
+        previous = previous.previous  # type: ignore[attr-defined]
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         if issubclass(exc_type, KeyboardInterrupt):
-            print("interrupted (Ctrl-C) outside the measurement loop; rows already written are kept",
-                  file=sys.stderr)
+            print(f"interrupted (Ctrl-C) outside the measurement loop; rows already written are kept; resume: "
+                  f"{resume}", file=sys.stderr)
         else:
             previous(exc_type, exc, tb)
 
     hook.quiet_ctrl_c = True  # type: ignore[attr-defined]
+    hook.previous = previous  # type: ignore[attr-defined]
     sys.excepthook = hook
 
 
@@ -149,12 +178,35 @@ def main_job(cfg: DictConfig) -> float | None:
 
     Raises:
         ConfigError: the config fails :func:`harness.config.validate`, before task data is read and before
-            any model is fetched or loaded.
+            any model is fetched or loaded; or another process writes the run folder (:mod:`harness.runlock`).
+        RunIOError: the run folder cannot be made or written (a full disk, a file-size limit); the rows written
+            before are kept and the message gives the command that resumes.
     """
     cfg = validate(cfg, choices=_choices())
     run_dir = _run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _stop_quietly_on_ctrl_c()
+    try:  # one writer per folder: a no-op where run.py took this folder's lock before Hydra wrote into it
+        lock = acquire(run_dir)
+    except FolderBusyError as e:
+        raise ConfigError(str(e)) from None
+    except OSError as e:
+        raise RunIOError(f"hydra.run.dir={run_dir}: the run folder cannot be made or written: "
+                         f"{e.strerror or e}") from None
+    with lock:
+        return _job(cfg, run_dir)
+
+
+def _rows_in(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def _job(cfg: DictConfig, run_dir: Path) -> float | None:
+    """:func:`main_job` once the config is valid and the run folder is this process's."""
+    resume = resume_command(run_dir)
+    _stop_quietly_on_ctrl_c(resume)
     settings = RunSettings(**OmegaConf.to_container(cfg.runner, resolve=True))
     dec_cfgs = decoder_configs(cfg)
     for name, dcfg in dec_cfgs.items():  # before any model loads: a decoder that cannot sample must not
@@ -198,19 +250,24 @@ def main_job(cfg: DictConfig) -> float | None:
         "cpu_isa": env["cpu_isa"],
         "native_half_precision": env["native_half_precision"],
     }
-    mistuned = tuning_mismatches(list(dec_cfgs), env["dtype"], env["device_name"])  # flagged, not refused
-    try:  # checks the folder against this run's identity, then writes meta.json
+    mistuned = tuning_mismatches(dec_cfgs, env["dtype"], env["device_name"])  # flagged, not refused
+    try:  # checks the folder against this run's identity, then writes meta.json; then runs every cell
         runner = Runner(task, pair, decoders, params, settings, run_dir, identity, notes=mistuned,
                         chat=cfg.model.get("chat_template"), config=OmegaConf.to_container(cfg, resolve=True),
                         environment=env, meta={"eos_token_ids": sorted(eos)},
                         draft_users=[n for n, c in dec_cfgs.items() if c.get("uses_draft")])
+        summary = runner.run()
     except ResumeMismatchError as e:  # run.py puts Hydra's files of the folder back and exits EXIT_REFUSED
         raise ConfigError(str(e)) from None
-    summary = runner.run()
+    except OSError as e:  # a full disk, a file-size limit: the rows written so far stay, resume goes on from them
+        rows = _rows_in(run_dir / "results.jsonl")
+        raise RunIOError(f"writing {e.filename or run_dir} failed: {e.strerror or e}; the {rows} rows written "
+                         f"before are kept in {run_dir / 'results.jsonl'}; free space (or raise the file-size "
+                         f"limit), then resume: {resume}") from None
     print(f"\n{run_dir}/summary.md\n" + (run_dir / "summary.md").read_text())
     if runner.interrupted:
         print(f"interrupted (Ctrl-C): cells measured: {runner.measured}; summary of the finished cells in "
-              f"{run_dir}/summary.md; rerun the same command to resume", file=sys.stderr)
+              f"{run_dir}/summary.md; resume: {resume}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     if runner.measured == 0:
         counts = ", ".join(f"{n} {s}" for s, n in runner.status_counts.items())

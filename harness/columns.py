@@ -158,15 +158,39 @@ ROW_COLUMNS: tuple[Column, ...] = (
         ("draft_time_s", "float", "seconds lapped as drafting (decoders that split their time)"),
         ("verify_time_s", "float", "seconds lapped as verification (target prefill included)"),
         ("peak_memory_mb", "float", "MiB: CUDA max allocated during the call, else the process's peak RSS"),
+        ("cpu_time_s", "float", "CPU seconds the process used during the timed call (all threads)"),
+        ("run_delay_s", "float", "seconds the process's threads waited for a CPU during the timed call (Linux "
+                                 "schedstat); / wall_time_s = the contention the call met"),
     ),
-    *_cols("task", ("score_error", "str", "why scoring this row failed")),
+    *_cols("task", ("score_error", "str", "why scoring this row failed"),
+           ("code_isolation", "str", "how the row's model-written code ran: namespaces:root or namespaces:userns "
+                                     "(OS isolation, tasks/sandbox.py) or none (the Python guard only)")),
 )
+
+#: What summary.md and the report say for each ``code_isolation`` value (the sandbox: tasks/sandbox.py).
+CODE_ISOLATION_TEXT = {
+    "namespaces:root": "OS isolation (root): PID, network, IPC, UTS and mount namespaces; uid/gid 65534, no "
+                       "capabilities, no_new_privs; read-only filesystem, a size-capped tmpfs as the only writable folder",
+    "namespaces:userns": "OS isolation (userns): PID, network, IPC, UTS and mount namespaces; a user namespace's root "
+                         "with no capabilities, no_new_privs; read-only filesystem, a size-capped tmpfs as the only "
+                         "writable folder",
+    "none": "code executed without OS isolation (the Python guard only)",
+}
+
+
+def code_isolation_text(value: str | None) -> str:
+    """The sentence for a row's ``code_isolation`` value (``None`` or unknown: the value itself, or no isolation)."""
+    return CODE_ISOLATION_TEXT.get("none" if value is None else str(value), str(value))
+
 
 SUMMARY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
     Column(name, type_, "summary", meaning, md) for name, type_, meaning, md in (
         ("group_samples", "int", "distinct samples of the group (any decoder, any status)", False),
         ("samples", "int", "distinct samples measured (ok rows)", True),
         ("paired_samples", "int", "samples every figure of the row is computed over (paired with vanilla)", True),
+        ("group_cells", "int", "distinct (sample, turn) cells of the group (any decoder, any status)", False),
+        ("cells", "int", "distinct (sample, turn) cells measured (ok rows)", False),
+        ("paired_cells", "int", "(sample, turn) cells every figure of the row is computed over", False),
         ("unpaired", "int", "ok rows left out for want of a vanilla pair", True),
         ("failed", "int", "cells without a measurement (errors, skips)", True),
         ("failed_statuses", "str", "failed cells by status", False),
@@ -218,6 +242,52 @@ SUMMARY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
 
 ROW = {c.name: c for c in ROW_COLUMNS}
 SUMMARY = {c.name: c for c in SUMMARY_COLUMNS_DECLARED}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range of a numeric row column: ``low <= x`` (``low < x`` when ``open_low``) and ``x <= high``;
+    ``None`` = unbounded on that side. Every number must also be finite."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+
+    def check(self, x: float) -> str | None:
+        """Why ``x`` is out of range (``"must be >= 0"``), or None."""
+        if self.low is not None and (x <= self.low if self.open_low else x < self.low):
+            return f"must be {'>' if self.open_low else '>='} {self.low:g}" + (
+                f" and <= {self.high:g}" if self.high is not None else "")
+        if self.high is not None and x > self.high:
+            return f"must be <= {self.high:g}"
+        return None
+
+
+_COUNT, _POSITIVE, _SHARE = Bound(0), Bound(0, open_low=True), Bound(0, 1)
+#: The range of each bounded numeric row column (a column not named here is checked for its type and, when a
+#: number, for being finite). Times, rates, counts and loads cannot be negative; shares lie in [0, 1].
+ROW_BOUNDS: dict[str, Bound] = {
+    **dict.fromkeys(("sample_index", "turn", "repeat", "order_position", "prompt_tokens", "top_k", "temperature",
+                     "first_divergence", "load_1m_before", "load_1m_after", "tokens_per_s", "new_tokens",
+                     "num_steps", "accept_length", "num_drafted", "num_accepted", "draft_forwards",
+                     "draft_forwards_per_step", "target_tokens_fed_per_step", "guess_tokens_fed", "pool_entries",
+                     "tree_depth_per_step", "tree_nodes_per_step", "draft_forwards_per_target_forward",
+                     "draft_tokens_per_draft_forward", "draft_tokens_fed_per_forward",
+                     "target_tokens_fed_per_forward", "suffix_tokens_fed", "suffix_tokens_accepted", "free_steps",
+                     "free_tokens_drafted", "free_tokens_accepted", "branch_tokens_fed", "branch_tokens_accepted",
+                     "ttft_s", "tpot_s", "draft_prefill_s", "prefill_s", "first_tokens", "decode_tokens_per_s",
+                     "draft_time_s", "verify_time_s", "peak_memory_mb", "cpu_time_s", "run_delay_s"), _COUNT),
+    **dict.fromkeys(("wall_time_s", "max_new_tokens", "cpu_count", "cpu_affinity"), _POSITIVE),
+    **dict.fromkeys(("acceptance_rate", "pool_hit_rate", "lookup_hit_rate", "copy_step_rate", "draft_pool_hit_rate",
+                     "suffix_offer_rate", "suffix_hit_rate"), _SHARE),
+    "top_p": Bound(0, 1, open_low=True),
+}
+#: Keys every row carries, whatever its status (the cell it belongs to).
+REQUIRED_COLUMNS = ("decoder", "sample_id")
+#: How far a row's ``tokens_per_s`` may lie from ``new_tokens / wall_time_s`` (relative): the runner computes it
+#: so, from the wall seconds of the whole ``generate`` call (prefill included; the decode-only rate is
+#: ``decode_tokens_per_s``), and JSON keeps the floats exactly.
+TOKENS_PER_S_RTOL = 1e-3
 
 # ------------------------------------------------------------------------------------------------ groups
 #: The sampling settings, and what rows written before they existed mean (greedy decoding).
@@ -291,3 +361,99 @@ def fmt_value(value: Any) -> str:
     if isinstance(v, float):
         return format(v, "g")
     return str(v)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+_TYPES = {"str": (str,), "list": (list,), "bool": (bool,)}
+
+
+def _number_problem(name: str, value: Any, kind: str) -> str | None:
+    """Why ``value`` is not a valid ``kind`` (``int`` / ``float``) value of column ``name``, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name}={value!r}: not a number ({kind} expected)"
+    try:
+        x = float(value)
+    except OverflowError:
+        return f"{name}: a {len(str(value))}-digit number, beyond any float"
+    if not math.isfinite(x):
+        return f"{name}={value!r}: not a finite number"
+    if kind == "int" and not x.is_integer():
+        return f"{name}={value!r}: not an integer"
+    bound = ROW_BOUNDS.get(name)
+    why = bound.check(x) if bound else None
+    return f"{name}={value!r}: {why}" if why else None
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be column ``name`` of a result row (its declared type in :data:`ROW`, its range in
+    :data:`ROW_BOUNDS`; booleans only ``true``/``false``), or None. ``null`` is valid here (required columns
+    are :func:`row_problem`'s); an undeclared column (a hyper-parameter, a quality score) is checked only for
+    being a finite number when it is one."""
+    if value is None:
+        return None
+    col = ROW.get(name)
+    if col is None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{name}={value!r}: not a finite number"
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                float(value)
+            except OverflowError:
+                return f"{name}: a {len(str(value))}-digit number, beyond any float"
+        return None
+    if col.type in ("int", "float"):
+        return _number_problem(name, value, col.type)
+    if not isinstance(value, _TYPES[col.type]):
+        return f"{name}={value!r}: not a {'boolean (true or false)' if col.type == 'bool' else col.type}"[:200]
+    return None
+
+
+def row_problem(row: Any) -> str | None:
+    """Why ``row`` (one parsed line of ``results.jsonl``) is not a result row, or None when it is one.
+
+    A row is a JSON object with :data:`REQUIRED_COLUMNS`; an ``ok`` row (or one without ``status``, written
+    before the column existed) also has every :data:`REQUIRED_OK_COLUMNS` value (``tokens_per_s`` may be
+    null); every value has its declared type and range (:func:`value_problem`); and ``tokens_per_s``, when
+    given, equals ``new_tokens / wall_time_s`` within :data:`TOKENS_PER_S_RTOL`.
+
+    Returns:
+        One line naming the first problem (``"tokens_per_s=NaN: not a finite number"``).
+    """
+    if not isinstance(row, dict):
+        kind = {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(type(row), "a number")
+        return f"not a JSON object ({kind})"
+    ok = row.get("status", "ok") == "ok"
+    needed = [*REQUIRED_COLUMNS, *(c for c in REQUIRED_OK_COLUMNS if ok and c not in REQUIRED_COLUMNS)]
+    missing = [c for c in needed if c not in row or (row[c] is None and c not in NULLABLE_OK_COLUMNS)]
+    if missing:
+        return f"lacks {', '.join(missing)}" + (" (required in an ok row)" if ok else "")
+    for name, value in row.items():
+        why = value_problem(str(name), value)
+        if why:
+            return why
+    tps, new, wall = row.get("tokens_per_s"), row.get("new_tokens"), row.get("wall_time_s")
+    if ok and tps is not None and new is not None and wall:
+        expected = new / wall
+        if abs(tps - expected) > TOKENS_PER_S_RTOL * max(abs(expected), 1e-9):
+            return (f"tokens_per_s={tps:g} but new_tokens / wall_time_s = {new} / {wall:g} = {expected:g} (the "
+                    "runner's tokens/s is over the whole generate call): the row was edited or mixes two cells")
+    return None
+
+
+#: The status of a row read from a file but not valid (:func:`row_problem`): its cell counts as not measured.
+STATUS_INVALID = "invalid"
+#: What a row measured (left out of an invalid row, whose measurement cannot be believed).
+MEASURED_COLUMNS = frozenset({c.name for c in ROW_COLUMNS if c.stage in ("decoder", "stopwatch", "task")} | {
+    "status", "reason", "wall_time_s", "tokens_per_s", "matches_vanilla", "equality_check", "first_divergence",
+    "paired_across_processes", "load_1m_before", "load_1m_after", "completion", "token_ids"})
+
+
+def invalid_row(row: Any, why: str) -> dict[str, Any] | None:
+    """What is left of an invalid row: the cell it names (its identity, decoder and settings; the measured
+    columns dropped), with ``status`` :data:`STATUS_INVALID` and ``reason`` ``why``, so that tables count the
+    cell as not measured and say why. None when the row names no cell (not an object, or
+    :data:`REQUIRED_COLUMNS` missing or of the wrong type)."""
+    if not isinstance(row, dict) or any(not isinstance(row.get(c), str) for c in REQUIRED_COLUMNS):
+        return None
+    kept = {k: v for k, v in row.items() if k not in MEASURED_COLUMNS and value_problem(str(k), v) is None}
+    return {**kept, "status": STATUS_INVALID, "reason": f"invalid row: {why}"}

@@ -54,12 +54,59 @@ def tuned_on(text: str) -> dict[str, Any] | None:
     return None
 
 
-def tuning_mismatches(decoders: Sequence[str], dtype: str, device_name: str, conf_dir: Path = CONF_DIR) -> list[str]:
+#: Appended to a tuned decoder's node name when one of its settings differs from its tuned config's
+#: (``speculative_tuned*``): its rows, tables and figures then do not claim the tuned configuration.
+TUNED_OVERRIDE_MARK = "*"
+
+
+def tuned_overrides(name: str, values: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> list[str]:
+    """The settings of decoder node ``name`` whose ``values`` differ from its generated tuned config
+    (``conf/decoder/tuned/<name>.yaml``: the file's values over the schema's declared defaults), as
+    ``["gamma=3 (tuned: 6)"]``; empty for a node that is no tuned config or keeps every tuned value."""
+    path = conf_dir / "decoder" / TUNED_GROUP / f"{name.rstrip(TUNED_OVERRIDE_MARK)}.yaml"
+    if not path.is_file():
+        return []
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    schema = DECODER_SCHEMAS.get(node.get("_target_"))
+    if schema is None:
+        return []
+    out = []
+    for f in dataclasses.fields(schema):
+        tuned = node.get(f.name, f.default)
+        if "help" in f.metadata and f.name in values and values[f.name] != tuned:
+            out.append(f"{f.name}={_show(values[f.name])} (tuned: {_show(tuned)})")
+    return out
+
+
+def tuned_override_line(name: str, changed: Sequence[str]) -> str:
+    """The one warning for a tuned decoder run with ``changed`` settings (:func:`tuned_overrides`)."""
+    base = name.rstrip(TUNED_OVERRIDE_MARK)
+    return (f"decoder {base}: {', '.join(changed)} overrides its tuned setting (conf/decoder/{TUNED_GROUP}/{base}"
+            f".yaml), so its rows are labelled {base}{TUNED_OVERRIDE_MARK}: not the tuned configuration")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(line: str) -> None:
+    """Print ``warning: line`` to stderr once per process (the command line and each job validate)."""
+    if line not in _WARNED:
+        _WARNED.add(line)
+        print(f"warning: {line}", file=sys.stderr)
+
+
+def tuning_mismatches(decoders: Sequence[str] | Mapping[str, Mapping[str, Any]], dtype: str, device_name: str,
+                      conf_dir: Path = CONF_DIR) -> list[str]:
     """One warning per decoder of this run whose config was tuned (``# tuned-on:``) on another dtype or machine
     than this run's ``dtype`` / ``device_name``: its setting was chosen for other hardware, so a race with it
-    is not the tuned race it claims to be. Empty when every tuned config matches (or none is tuned)."""
+    is not the tuned race it claims to be. Given the decoders' configs (name -> settings), also one per tuned
+    decoder run with a setting of its own (:func:`tuned_overrides`). Empty when every tuned config matches (or
+    none is tuned)."""
     out = []
-    for name in decoders:
+    if isinstance(decoders, Mapping):
+        out += [tuned_override_line(n, changed) for n, c in decoders.items()
+                if (changed := tuned_overrides(n, c, conf_dir))]
+    for name in (n.rstrip(TUNED_OVERRIDE_MARK) for n in decoders):
         paths = [conf_dir / "decoder" / f"{name}.yaml", conf_dir / "decoder" / TUNED_GROUP / f"{name}.yaml"]
         path = next((p for p in paths if p.is_file()), None)
         record = tuned_on(path.read_text()) if path is not None else None
@@ -191,6 +238,11 @@ def _typed(schema: type, node: Any, path: str, problems: list[str]) -> DictConfi
         problems.append(_unknown_key_line(path, str(k), schema))
     node = {k: v for k, v in node.items() if k in known}
     hints = _hints(schema)
+    not_bool = [f"{path}.{k}={_show(v)}: must be true or false" for k, v in node.items()
+                if _base_type(hints[k]) is bool and v is not None and not _is_bool(v)]
+    if not_bool:  # OmegaConf would turn -1, 2147483648 or '5' into true
+        problems += not_bool
+        return None
     nested_problems: list[str] = []
     for k, v in list(node.items()):  # nested schemas (model.target / model.draft): recurse for key lines
         sub = _base_type(hints[k])
@@ -209,6 +261,58 @@ def _typed(schema: type, node: Any, path: str, problems: list[str]) -> DictConfi
     for k in missing:
         problems.append(f"{path}.{k} is missing: set it in the config or on the command line")
     return None if missing else typed
+
+
+def _is_bool(value: Any) -> bool:
+    """A boolean setting's value: true or false (YAML's, or the words as strings), nothing else."""
+    return isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false"))
+
+
+#: A number as a command line writes it (``0.7``, ``1e-400``, ``-3``).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _declared_type(cfg: DictConfig, key: str) -> Any:
+    """The declared base type of setting ``key`` (``runner.score``, ``decoder.opt_tree.cost_aware``,
+    ``model.target.seed``) in composed ``cfg``; None when no schema declares it."""
+    group, *rest = key.split(".")
+    schema: type | None = None
+    if group == "runner":
+        schema = RunnerConfig
+    elif group == "model":
+        schema = ModelSpec if len(rest) == 2 and rest[0] in ("target", "draft") else ModelConfig
+        rest = rest[1:] if schema is ModelSpec else rest
+    elif group == "task":
+        schema = TASK_SCHEMAS.get(OmegaConf.select(cfg, "task._target_", default=None))
+    elif group == "decoder" and len(rest) == 2:
+        schema = DECODER_SCHEMAS.get(OmegaConf.select(cfg, f"decoder.{rest[0]}._target_", default=None))
+        rest = rest[1:]
+    hint = _hints(schema).get(rest[0]) if schema is not None and len(rest) == 1 else None
+    return _base_type(hint) if hint is not None else None
+
+
+def override_problems(overrides: Sequence[str], cfg: DictConfig) -> list[str]:
+    """Problems of command-line values that the composed ``cfg`` no longer shows: a boolean setting given
+    anything but true or false (the schema turns ``-1``, ``2147483648`` or ``'5'`` into true), and a number that
+    underflows to 0 in floating point (``runner.temperature=1e-400`` would decode greedily, a threshold would
+    switch off). Sweeps are checked per job (:func:`compose` of each point)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # a syntax error: Hydra reports it
+        return []
+    problems = []
+    for ov in parsed:
+        if ov.is_sweep_override() or ov.is_delete() or "${" in ov.input_line:  # interpolations: resolved later
+            continue
+        key, text = ov.get_key_element().lstrip("+~"), ov.input_line.partition("=")[2].strip()
+        if _NUMBER.fullmatch(text) and float(text) == 0 and re.search(r"[1-9]", re.split("[eE]", text)[0]):
+            problems.append(f"{key}={text}: underflows to 0 in floating point (0 means off, or greedy for "
+                            "runner.temperature); write 0, or a value the setting allows")
+        elif _declared_type(cfg, key) is bool and ov.value() is not None and not _is_bool(ov.value()):
+            problems.append(f"{key}={text}: must be true or false")
+    return problems
 
 
 def _omegaconf_line(e: OmegaConfBaseException, path: str = "") -> str:
@@ -338,6 +442,10 @@ def _decoders(decoders: Mapping[str, Any], model: DictConfig | None, problems: l
             if schema is PromptLookupConfig and not bounds and dvals["min_ngram_size"] > dvals["max_ngram_size"]:
                 problems.append(f"decoder.{name}.min_ngram_size={dvals['min_ngram_size']}: must be <= "
                                 f"max_ngram_size ({dvals['max_ngram_size']})")
+            changed = tuned_overrides(name, dvals)
+            if changed:  # not the tuned configuration any more: its rows must not claim it
+                _warn_once(tuned_override_line(name, changed))
+                name = name.rstrip(TUNED_OVERRIDE_MARK) + TUNED_OVERRIDE_MARK
             typed_decoders[name] = typed
     if model is not None and OmegaConf.select(model, "draft") is None:
         users = [n for n, d in typed_decoders.items() if d.uses_draft]
@@ -538,6 +646,9 @@ def compose(overrides: Sequence[str] = (), *, config_name: str = "config", confi
             cfg = _compose()
     choices = dict(cfg.hydra.runtime.choices)
     if check:
+        problems = override_problems(overrides, cfg)
+        if problems:
+            raise ConfigError("\n".join(problems))
         job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
         validate(job, choices=choices)
     if not return_hydra_config:

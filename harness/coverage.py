@@ -17,14 +17,19 @@ Pure pandas; no torch. The rules (stated once; ``harness.metrics``' docstring po
   all rows of the group (any decoder, any status); ``samples`` = distinct samples with an ``ok`` row of the
   cell; ``paired_samples`` = distinct samples its figures are computed over; ``unpaired`` = its ``ok`` rows
   left out; ``failed`` = its rows without a measurement (``error``, and skips such as ``prompt_too_long``,
-  ``empty_prompt``); ``failed_statuses`` = those counted by status (``2 error, 1 prompt_too_long``). Failed
-  cells and unpaired rows are each named in a warning with the rows' ``reason``; configurations of one group
-  that cover different samples are named in one warning per group.
+  ``empty_prompt``, and ``invalid``: a row read from a file that failed the rows schema,
+  :func:`harness.columns.row_problem`); ``failed_statuses`` = those counted by status (``2 error, 1
+  prompt_too_long``); ``group_cells`` / ``cells`` / ``paired_cells`` = the same for (sample, turn) cells (a
+  multi-turn task has several per sample). Failed cells and unpaired rows are each named in a warning with the
+  rows' ``reason``; configurations of one group whose figures cover different (sample, turn) cells -- not only
+  different samples: a decoder that lost turn 2 of a question -- are named in one warning per group.
 * **Duplicate cells.** Two ``ok`` rows of one cell (same ``run_id``, task, sample, turn, repeat, seed and
   decoder configuration) are one measurement counted twice: :func:`collapse_duplicates` keeps the last ``ok``
   row and warns. A non-``ok`` row followed by another row of its cell is a retry (a resumed run) and is
   dropped quietly, as :func:`harness.resume.latest_rows` does. Folders holding the same cells of one run (a run
-  and a copy of it, whole or partial) are read as one run (:func:`fold_copies`), with a warning per copy.
+  and a copy of it, whole or partial) are read as one run (:func:`fold_copies`), with a warning per copy; a
+  folder holding a cell's ``ok`` row twice is named too (:func:`repeated_cells`), and so is a run read in part,
+  some of its shards only (:func:`shard_warnings`).
 * **Two runs compared** (:func:`on_common_samples`): figures on the samples both sides cover, their number
   said, and a note when the sides cover different samples.
 """
@@ -50,7 +55,8 @@ SHOWN_IDS = 5
 #: Longest ``reason`` a warning quotes.
 REASON_CHARS = 160
 #: Coverage columns of an aggregate, in table order (see the module docstring).
-COVERAGE_COLUMNS = ("group_samples", "samples", "paired_samples", "unpaired", "failed", "failed_statuses")
+COVERAGE_COLUMNS = ("group_samples", "samples", "paired_samples", "group_cells", "cells", "paired_cells", "unpaired",
+                    "failed", "failed_statuses")
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -64,6 +70,24 @@ def samples_of(rows: pd.DataFrame) -> set[tuple[str, str]]:
         return set()
     task = rows["task"].astype(str) if "task" in rows else pd.Series("", index=rows.index)
     return set(zip(task, rows["sample_id"].astype(str)))
+
+
+def cells_of(rows: pd.DataFrame) -> set[tuple[str, str, Any]]:
+    """The distinct ``(task, sample_id, turn)`` of ``rows``: the cells a figure stands on (a sample of a
+    multi-turn task such as MT-Bench has one per turn; ``turn`` 0 where the rows have none)."""
+    if rows.empty:
+        return set()
+    task = rows["task"].astype(str) if "task" in rows else pd.Series("", index=rows.index)
+    turn = rows["turn"].map(norm).fillna(0) if "turn" in rows else pd.Series(0, index=rows.index)
+    return set(zip(task, rows["sample_id"].astype(str), turn))
+
+
+def name_cells(cells: Iterable[tuple]) -> str:
+    """Cells for a warning: ``mt_bench/81 turn 2`` (turns counted from 1), the first :data:`SHOWN_IDS` in
+    natural order, then how many there are."""
+    ids = sorted({f"{c[1]} turn {int(c[2]) + 1}" for c in cells}, key=_natural)
+    shown = ", ".join(ids[:SHOWN_IDS])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > SHOWN_IDS else "")
 
 
 def _natural(s: str) -> tuple:
@@ -137,29 +161,39 @@ def mark_pairs(merged: pd.DataFrame, rows: pd.DataFrame, keys: Sequence[str]) ->
 
 
 # ------------------------------------------------------------------------------------------------ coverage
-def group_coverage(rows: pd.DataFrame, figures: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, tuple[int, list]]:
-    """Per group (``keys``: the group and any split columns): its number of samples (any decoder, any status)
-    and a warning when its configurations' figures cover different samples.
+def group_coverage(rows: pd.DataFrame, figures: pd.DataFrame,
+                   keys: Sequence[str]) -> dict[tuple, tuple[int, int, list]]:
+    """Per group (``keys``: the group and any split columns): its number of samples and of (sample, turn) cells
+    (any decoder, any status), and a warning when its configurations' figures cover different cells -- a
+    decoder that lost turn 2 of a sample covers that sample still, but on half its cells.
 
     Returns:
-        ``{key tuple: (group_samples, [warning] or [])}``.
+        ``{key tuple: (group_samples, group_cells, [warning] or [])}``.
     """
-    out: dict[tuple, tuple[int, list]] = {}
+    out: dict[tuple, tuple[int, int, list]] = {}
     fig = {k if isinstance(k, tuple) else (k,): g for k, g in figures.groupby(list(keys), sort=False, dropna=False)}
     for key, all_g in rows.groupby(list(keys), sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        universe = samples_of(all_g)
+        universe, cells = samples_of(all_g), cells_of(all_g)
         f = fig.get(key, figures.iloc[0:0])
-        per = {lab: samples_of(f[f["label"] == lab]) for lab in dict.fromkeys(all_g["label"])}
+        per = {lab: cells_of(f[f["label"] == lab]) for lab in dict.fromkeys(all_g["label"])}
         warn = []
         if len({frozenset(s) for s in per.values()}) > 1:
-            parts = [f"{lab} {len(s)}" + (f" (not {name_samples(universe - s)})" if universe - s else "")
+            turns = len(cells) > len(universe)  # a multi-turn task: say cells, not samples
+            unit = "(sample, turn) cells" if turns else "samples"
+
+            def missing(s: set) -> str:
+                return name_cells(cells - s) if turns else name_samples({c[:2] for c in cells - s})
+
+            parts = [f"{lab} {len(s if turns else {c[:2] for c in s})}" + (f" (not {missing(s)})" if cells - s else "")
                      for lab, s in per.items()]
             where = " | ".join(map(str, key))
-            warn.append(f"{where}: the decoders' figures cover different samples ({len(universe)} in all): "
-                        f"{'; '.join(parts)}. Each row is computed over its own samples (speedups stay paired "
-                        "per sample): compare rows on the samples they share (the samples column)")
-        out[key] = (len(universe), warn)
+            total = len(cells) if turns else len(universe)
+            warn.append(f"{where}: the decoders' figures cover different {unit} ({total} in all): "
+                        f"{'; '.join(parts)}. Each row is computed over its own {unit} (speedups stay paired "
+                        f"per sample and turn): compare rows on the {unit} they share (the "
+                        f"{'cells' if turns else 'samples'} column)")
+        out[key] = (len(universe), len(cells), warn)
     return out
 
 
@@ -175,22 +209,31 @@ def cell_coverage(all_g: pd.DataFrame, g: pd.DataFrame, unpaired: pd.DataFrame |
     ok = _ok(all_g)
     bad = all_g[~ok]
     rec = {"samples": len(samples_of(all_g[ok])), "paired_samples": len(samples_of(g)),
+           "cells": len(cells_of(all_g[ok])), "paired_cells": len(cells_of(g)),
            "unpaired": len(unpaired), "failed": len(bad),
            "failed_statuses": count_values(bad["status"]) if len(bad) else ""}
     where = f"{all_g['label'].iloc[0]} ({all_g['group'].iloc[0]})" if "group" in all_g else str(all_g["label"].iloc[0])
+    turns = "turn" in all_g and bool((all_g["turn"].map(norm).fillna(0) != 0).any())
+
+    def on(rows: pd.DataFrame) -> str:  # where rows lie: cells of a multi-turn task, else samples
+        return name_cells(cells_of(rows)) if turns else name_samples(samples_of(rows))
+
+    cover = (f"{rec['paired_cells']} (sample, turn) {'cell' if rec['paired_cells'] == 1 else 'cells'} of "
+             f"{plural(rec['paired_samples'], 'sample')}"
+             if turns else plural(rec["paired_samples"], "sample"))
     warnings = []
     if len(bad):
         why = reasons(bad)
         warnings.append(f"{where}: {len(bad)} of {plural(len(all_g), 'cell')} not measured "
-                        f"({rec['failed_statuses']}{'; ' + why if why else ''}) on {name_samples(samples_of(bad))}; "
-                        f"its figures cover {plural(rec['paired_samples'], 'sample')}")
+                        f"({rec['failed_statuses']}{'; ' + why if why else ''}) on {on(bad)}; "
+                        f"its figures cover {cover}")
     if len(unpaired):
         verb = "has" if len(unpaired) == 1 else "have"
-        warnings.append(f"{where}: {plural(len(unpaired), 'ok row')} on {name_samples(samples_of(unpaired))} {verb} "
+        warnings.append(f"{where}: {plural(len(unpaired), 'ok row')} on {on(unpaired)} {verb} "
                         f"no ok vanilla row on the same sample, turn and repeat (vanilla: "
                         f"{count_values(unpaired['vanilla_status'])}): left out of every figure of this row (tok/s, "
                         f"speedup, tau, equality, quality), which cover "
-                        f"{plural(rec['paired_samples'], 'paired sample')}")
+                        f"{cover if turns else plural(rec['paired_samples'], 'paired sample')}")
     return rec, warnings
 
 
@@ -273,6 +316,55 @@ def fold_copies(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     rows["run_dir"] = [root(d, norm(rid)) if (d, norm(rid)) in copies else d
                        for d, rid in zip(rows["run_dir"], rows["run_id"])]
     return rows, warnings
+
+
+def repeated_cells(rows: pd.DataFrame, extra_keys: Sequence[str] = ()) -> list[str]:
+    """A warning per folder whose rows measure one cell twice (two ``ok`` rows of one run, cell and
+    ``extra_keys``, :func:`harness.resume.cell_key`: the rows appended again, or a copy of them pasted into
+    the file), for the caller to show: one row per cell is then kept (the last ``ok`` one), never both."""
+    if rows.empty or "run_dir" not in rows:
+        return []
+    ok = _ok(rows).to_numpy()
+    counts: Counter = Counter()
+    for r, is_ok in zip(rows.to_dict("records"), ok):
+        if is_ok:
+            counts[(r["run_dir"], norm(r.get("run_id")), *(norm(r.get(k)) for k in extra_keys), *cell_key(r))] += 1
+    per_dir: Counter = Counter()
+    for k, n in counts.items():
+        if n > 1:
+            per_dir[k[0]] += n - 1
+    return [f"duplicate cells: {d} holds {plural(n, 'ok row')} repeating a cell of the same run already measured "
+            "(rows appended twice, or a copy of the run's rows added to its file?): each cell is counted once "
+            "(its last ok row)" for d, n in per_dir.items()]
+
+
+def _shard(spec: Any) -> tuple[int, int] | None:
+    try:
+        i, n = (int(x) for x in str(spec).split("/"))
+    except ValueError:
+        return None
+    return (i, n) if 0 <= i < n else None
+
+
+def shard_warnings(rows: pd.DataFrame) -> list[str]:
+    """A warning per run read in part: its rows carry ``shard`` ``i/n`` (``runner.shard``) and not every one of
+    the ``n`` shards is among them, so its figures cover those shards' samples only -- the report must say so,
+    as the shard's own ``summary.md`` does."""
+    if rows.empty or "shard" not in rows:
+        return []
+    run = rows["run_identity"] if "run_identity" in rows else rows["run_id"] if "run_id" in rows else \
+        pd.Series("run", index=rows.index)
+    out = []
+    for rid, specs in rows["shard"].groupby(run.astype(str), sort=False):
+        shards = {s for s in map(_shard, specs.dropna().unique()) if s}
+        for n in sorted({n for _, n in shards}):
+            have = sorted(i for i, m in shards if m == n)
+            if len(have) < n:
+                out.append(f"run {rid[:12]} is read in part: shard{'s' if len(have) > 1 else ''} "
+                           f"{', '.join(f'{i}/{n}' for i in have)} only ({len(have)} of {n} shards, runner.shard): "
+                           f"its figures cover those shards' samples, not the run's; give every shard's folder to "
+                           f"report the whole run")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ comparison

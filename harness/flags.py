@@ -149,3 +149,54 @@ def lossless_quality_flags(agg: pd.DataFrame, rows: pd.DataFrame, quality: Seque
                     f"{len(rec.get('divergent_samples') or [])} samples (equal_to_vanilla "
                     f"{rec.get('equal_to_vanilla', math.nan):.2f}); the difference is numerical divergence, not "
                     "the decoder's quality")
+
+
+#: A decoder's first timed cell of a process is flagged when its tokens/s lies more than this many median
+#: absolute deviations from the median of the decoder's other cells of that process ...
+FIRST_CELL_MADS = 3.0
+#: ... and more than this factor above or below that median (cells that vary little are not flagged for
+#: ordinary sample-to-sample differences) ...
+FIRST_CELL_FACTOR = 2.0
+#: ... given at least this many other cells to compare with.
+FIRST_CELL_MIN_OTHERS = 3
+
+
+def first_cell_flags(rows: pd.DataFrame, value: str = "tokens_per_s") -> list[str]:
+    """One warning per decoder whose first timed cell of a process (``attempt_id``; the whole run for rows
+    without it) lies far off its other cells of that process: ``value`` more than :data:`FIRST_CELL_MADS` median
+    absolute deviations and a factor :data:`FIRST_CELL_FACTOR` from their median (at least
+    :data:`FIRST_CELL_MIN_OTHERS` of them). A slow first cell is one-off cost the warm-up did not absorb (lazy
+    set-up, ``runner.warmup=0``) or a machine busy at the start; either way its speedup is not the decoder's.
+
+    Args:
+        rows: a run's rows in the order they were written (columns ``decoder``, ``status``, ``value``;
+            ``attempt_id``, ``sample_id``, ``turn``, ``repeat`` when present).
+        value: the column compared.
+
+    Returns:
+        Warning lines (empty when no first cell stands out, or ``rows`` lack the columns).
+    """
+    ok = ok_rows(rows)
+    if ok.empty or value not in ok or "decoder" not in ok:
+        return []
+    keys = ["decoder", "attempt_id"] if "attempt_id" in ok else ["decoder"]
+    out = []
+    for key, g in ok.groupby(keys, sort=False, dropna=False):
+        x = num(g[value])
+        first, others = x.iloc[0], x.iloc[1:].dropna()
+        if len(others) < FIRST_CELL_MIN_OTHERS or not math.isfinite(first) or first <= 0:
+            continue
+        med = float(others.median())
+        mad = float((others - med).abs().median())
+        ratio = first / med if med > 0 else math.nan
+        near = abs(first - med) <= FIRST_CELL_MADS * mad or 1 / FIRST_CELL_FACTOR < ratio < FIRST_CELL_FACTOR
+        if not ratio > 0 or near:
+            continue
+        cell = g.iloc[0]
+        where = ", ".join(f"{c} {cell[c]}" for c in ("sample_id", "turn", "repeat") if c in g)
+        name = key[0] if isinstance(key, tuple) else key
+        out.append(f"first cell off ({name}): its first timed cell ({where}) ran at {first:.3g} {value} against a "
+                   f"median of {med:.3g} over its {len(others)} other cells ({ratio:.2f}x; more than "
+                   f"{FIRST_CELL_MADS:g} median deviations, {mad:.3g}): one-off costs the warm-up did not absorb "
+                   "(runner.warmup) or a machine busy at the start; its paired speedup on that sample is doubtful")
+    return out

@@ -282,7 +282,7 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
     for key, all_g in rows.groupby(keys, sort=False, dropna=False):
         g = paired.get(key, merged.iloc[0:0])
         rec = _cell_identity(dict(zip(keys, key)), all_g, params)
-        rec["group_samples"], group_warnings = groups[tuple(key[:-1])]
+        rec["group_samples"], rec["group_cells"], group_warnings = groups[tuple(key[:-1])]
         cov, warnings = coverage.cell_coverage(all_g, g, unpaired.get(key))
         rec.update(cov)
         warnings = [*duplicates, *group_warnings, *warnings]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from omegaconf import OmegaConf
 
 import declare
 from harness.config import (CONF_DIR, TUNED_GROUP, ConfigError, available, compose, decoder_key,
-                            refuse_group_lists, suggestion, validate)
+                            override_problems, refuse_group_lists, suggestion, validate)
 from harness.schemas import SCHEMAS
 
 GROUPS = ("model", "task", "decoder", "runner", "experiment")
@@ -185,7 +185,14 @@ def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> list[
     return points
 
 
-def precheck(argv: Sequence[str]) -> Path | None:
+class Folder(NamedTuple):
+    """Where a command's jobs write: the single run's folder, or (``multirun``) the sweep's root."""
+
+    path: Path
+    multirun: bool = False
+
+
+def precheck(argv: Sequence[str]) -> Folder | None:
     """What ``run.py`` does before Hydra starts: check group names, then compose and :func:`validate` the
     config of every job the command line asks for (each value of each sweep, the experiment's
     ``hydra.sweeper.params`` included; at most :data:`MAX_PRECHECK_COMPOSES` compositions, combinations of
@@ -193,7 +200,8 @@ def precheck(argv: Sequence[str]) -> Path | None:
     stops the run before any folder is made, any task data read or any model fetched.
 
     Returns:
-        The run folder of a single run (as composed now), else None (a sweep, or a command that runs no job).
+        The run folder of a single run, or the root folder of a sweep (as composed now), else None (a command
+        that runs no job, or a folder only Hydra's runtime resolves).
 
     Raises:
         ConfigError: one line per problem.
@@ -235,6 +243,9 @@ def precheck(argv: Sequence[str]) -> Path | None:
         raise ConfigError(f"{sweep.input_line}: a comma-separated value is a sweep; add -m to run one job per value, "
                           f"or use brackets for a list ({key}=[...])")
     if not multirun:
+        problems = override_problems(plain, base)
+        if problems:
+            raise ConfigError("\n".join(problems))
         validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
                  choices=dict(base.hydra.runtime.choices))
         try:  # the folder the single run will use (harness.rundir snapshots it before Hydra writes into it)
@@ -242,12 +253,16 @@ def precheck(argv: Sequence[str]) -> Path | None:
         except Exception:  # an interpolation only Hydra's runtime resolves
             return None
         check_run_dir(run_dir)
-        return run_dir
+        return Folder(run_dir)
     params = base.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
     points = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
     for point in points[:MAX_PRECHECK_COMPOSES]:
         compose(point)
+    try:
+        return Folder(Path(str(base.hydra.sweep.dir)), multirun=True)
+    except Exception:  # an interpolation only Hydra's runtime resolves
+        return None
 
 
 def check_run_dir(run_dir: Path) -> None:

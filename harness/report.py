@@ -60,55 +60,90 @@ import pandas as pd
 from harness import columns, compare, coverage, figdata, flags, grouping, metrics
 from harness.resume import latest_rows
 from harness.results import read_results
-from harness.tables import fmt_cell, interval_cell, latex, latex_by_group, markdown
+from harness.summary import code_execution_lines
+from harness.tables import (CELLS_MEANING, SAMPLES_MEANING, coverage_cell, fmt_cell, interval_cell, latex,
+                            latex_by_group, markdown, show_cells)
 
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------------
 # Loading
-def find_result_files(paths: Iterable[str | Path]) -> list[Path]:
+def find_result_files(paths: Iterable[str | Path], repeated: list[str] | None = None) -> list[Path]:
     """``results.jsonl`` files named by ``paths``: files as given, folders searched recursively (a
-    multirun sweep folder holds one per job). Raises FileNotFoundError when nothing is found."""
+    multirun sweep folder holds one per job), each file once.
+
+    Args:
+        repeated: when given, one line is appended per file named more than once (a folder given twice, a
+            folder and a file or subfolder of it): the caller warns, rather than drop the repeat silently.
+
+    Raises:
+        FileNotFoundError: a path does not exist, or nothing is found.
+    """
     paths = list(paths)
-    found: list[Path] = []
+    found: dict[Path, list[str]] = {}
     for p in map(Path, paths):
         if p.is_file():
-            found.append(p)
+            hits = [p]
         elif p.is_dir():
-            found.extend(sorted(p.rglob("results.jsonl"), key=lambda q: (len(q.parts), str(q))))
+            hits = sorted(p.rglob("results.jsonl"), key=lambda q: (len(q.parts), str(q)))
         else:
             raise FileNotFoundError(f"{p} does not exist")
-    found = list(dict.fromkeys(f.resolve() for f in found))
+        for f in hits:
+            found.setdefault(f.resolve(), []).append(str(p))
     if not found:
         raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, paths))}")
-    return found
+    if repeated is not None:
+        repeated += [f"repeated input: {f} is named {len(given)} times ({', '.join(dict.fromkeys(given))}): "
+                     "its rows are read once" for f, given in found.items() if len(given) > 1]
+    return list(found)
 
 
 def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
-    """All rows of the result files under ``paths``, one row per cell (:func:`harness.resume.latest_rows`),
-    prepared for aggregation (:func:`harness.grouping.prepare`: ``model_pair``, ``label``, ``group``).
+    """All valid rows of the result files under ``paths``, one row per cell
+    (:func:`harness.resume.latest_rows`), prepared for aggregation (:func:`harness.grouping.prepare`:
+    ``model_pair``, ``label``, ``group``).
 
     ``run_id`` becomes a key of (run folder, run identity), so a decoder pairs with the vanilla of its own
     folder and configuration whichever process of a resumed run wrote the rows, and never with another
-    folder's. Folders that hold the same cells of one run (a run and a copy of it) are one run, each cell
-    counted once (:func:`harness.coverage.fold_copies`); ``attrs["warnings"]`` names each copy.
+    folder's. A file not named ``results.jsonl`` counts as a folder of its own. Folders that hold the same
+    cells of one run (a run and a copy of it) are one run, each cell counted once
+    (:func:`harness.coverage.fold_copies`). ``attrs["warnings"]`` names each file named twice, each copy, each
+    line left out as invalid (:func:`harness.results.read_results`) and each run read in part (one shard of n,
+    :func:`harness.coverage.shard_warnings`).
+
+    Raises:
+        FileNotFoundError: a path does not exist. ValueError: no valid row (every line was left out: the
+            warnings say why).
     """
-    frames = []
-    for f in find_result_files(paths):
+    frames, warnings = [], []
+    files = find_result_files(paths, warnings)
+    for w in warnings:
+        log.warning("%s", w)
+    for f in files:
         rows = read_results([f])
+        warnings += rows.attrs.get("warnings", [])
         if rows.empty:
             continue
-        rows["run_dir"] = str(f.parent)
+        rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
         frames.append(rows)
     if not frames:
+        if warnings:
+            raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
         return pd.DataFrame()
-    return _finish(pd.concat(frames, ignore_index=True), pool)
+    rows = _finish(pd.concat(frames, ignore_index=True), pool)
+    rows.attrs["warnings"] = [*warnings, *rows.attrs["warnings"]]
+    return rows
 
 
 def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
     ident = grouping.identity_fields(rows)
-    rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run
+    # one folder measuring a cell twice (before copies are folded), a run read in part (some of its shards)
+    said = [*coverage.repeated_cells(rows), *coverage.shard_warnings(rows)]
+    for w in said:
+        log.warning("%s", w)
+    rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run (warned there)
+    warnings = [*said, *warnings]
     # one row per cell of one run identity (a retried error row or a resumed process repeats a cell)
     rows = latest_rows(rows, extra_keys=("run_dir", *ident)) if "run_dir" in rows else rows
     key = rows[["run_dir", *ident]].astype(str).agg("|".join, axis=1) if "run_dir" in rows else \
@@ -170,18 +205,19 @@ def _seeds(agg: pd.DataFrame) -> int:
 
 
 def _samples_cell(r: pd.Series) -> str:
-    """The samples a row's figures are over: ``5``, or ``3/5`` when the group has more."""
-    n, total = columns.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
-    if pd.isna(n):
-        return fmt_cell(r.get("samples"), "g")
-    return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
+    """The samples a row's figures are over: ``5``, or ``3/5`` when the group has more
+    (:func:`harness.tables.coverage_cell`, which summary.md prints too)."""
+    return coverage_cell(r)
 
 
 def coverage_columns(agg: pd.DataFrame) -> dict[str, list[str]]:
     """The coverage cells of a formatted table (one per row of ``agg``), header -> cells: ``samples`` always
-    (:func:`_samples_cell`), ``failed`` (cells without a measurement, by status) and ``unpaired`` (ok rows
-    without a vanilla pair) when any row has some."""
+    (:func:`_samples_cell`), ``cells`` ((sample, turn) cells, the same way) for a multi-turn task, ``failed``
+    (cells without a measurement, by status) and ``unpaired`` (ok rows without a vanilla pair) when any row
+    has some."""
     out = {"samples": [_samples_cell(r) for _, r in agg.iterrows()]}
+    if show_cells(agg):
+        out["cells"] = [coverage_cell(r, "cells") for _, r in agg.iterrows()]
     if "failed" in agg and columns.num(agg["failed"]).fillna(0).any():
         why = agg["failed_statuses"] if "failed_statuses" in agg else agg["failed"]
         out["failed"] = [str(s) if isinstance(s, str) and s else fmt_cell(n, "g") if n else "-"
@@ -205,6 +241,7 @@ def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataF
         quality means) for CSV; ``text`` has formatted cells, indexed by (group,) label, for markdown/LaTeX.
     """
     quality = [q for q in quality if q in agg]
+    agg = with_figures(agg)
     prefill = has_prefill(agg)
     seeds = _seeds(agg)
     params = [p for p in grouping.decoder_param_columns(agg) if p in agg]
@@ -222,6 +259,8 @@ def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataF
     if "settings" in agg and agg["settings"].fillna("").astype(str).str.len().any():
         text["settings"] = [s if isinstance(s, str) and s else "-" for s in agg["settings"]]
     text["samples"] = cover.pop("samples")
+    if "cells" in cover:
+        text["cells"] = cover.pop("cells")
     text["tok/s"] = [fmt_cell(v) for v in agg["tokens_per_s"]]
     text["speedup [95% CI]"] = [interval_cell(r, "speedup") for _, r in agg.iterrows()]
     text["τ"] = [fmt_cell(v) for v in agg["accept_length"]]
@@ -247,6 +286,17 @@ THEORY_COLUMNS = [("acceptance_rate", "α", ".3f"), ("gamma_used", "γ", ".2f"),
                   ("cost_ratio_source", "c from", ""), ("theory_accept_length", "E[τ] theory", ".2f"),
                   ("accept_length", "τ measured", ".2f"), ("theory_speedup", "speedup theory", ".2f"),
                   ("speedup", "speedup measured", ".2f"), ("efficiency", "efficiency", ".2f")]
+
+
+#: The figures every formatted table reads: blank (``-``) in a table of cells none of which was measured.
+FIGURE_COLUMNS = ("tokens_per_s", "speedup", "speedup_total", "accept_length", "acceptance_rate", "equal_to_vanilla")
+
+
+def with_figures(agg: pd.DataFrame) -> pd.DataFrame:
+    """``agg`` with every :data:`FIGURE_COLUMNS` column (NaN where no cell had a figure row: a run whose every
+    cell failed is a table of its failures, not a KeyError)."""
+    missing = [c for c in FIGURE_COLUMNS if c not in agg]
+    return agg.assign(**{c: math.nan for c in missing}) if missing else agg
 
 
 def theory_table(agg: pd.DataFrame) -> pd.DataFrame:
@@ -320,9 +370,8 @@ SEEDS_CAPTION = (" Sampled runs over several seeds (runner.seed): speedups paire
                  "mean over seeds of each seed's mean, [95% Student-t interval over seeds].")
 
 
-COVERAGE_CAPTION = (" samples: the samples a row's figures are computed over (k/n: k of its run group's n); every "
-                    "figure of a decoder, tok/s included, is over its rows paired with an ok vanilla row of the same "
-                    "sample, turn and repeat.")
+COVERAGE_CAPTION = f" samples: {SAMPLES_MEANING}."
+CELLS_CAPTION = f" cells: {CELLS_MEANING}."
 FAILED_CAPTION = " failed: cells without a measurement, by status (the reasons are in report.md's warnings)."
 UNPAIRED_CAPTION = " unpaired: ok rows left out of every figure for want of an ok vanilla row to pair with."
 CLEAN_CAPTION = " Every cell was measured and paired with vanilla."
@@ -332,9 +381,10 @@ def coverage_caption(agg: pd.DataFrame) -> str:
     """What the coverage columns of :func:`coverage_columns` mean, for the columns shown; or that every cell
     was measured and paired."""
     shown = coverage_columns(agg)
-    text = COVERAGE_CAPTION + (FAILED_CAPTION if "failed" in shown else "") + \
-        (UNPAIRED_CAPTION if "unpaired" in shown else "")
-    return text + (CLEAN_CAPTION if len(shown) == 1 else "")
+    text = COVERAGE_CAPTION + (CELLS_CAPTION if "cells" in shown else "") + \
+        (FAILED_CAPTION if "failed" in shown else "") + (UNPAIRED_CAPTION if "unpaired" in shown else "")
+    whole = not any("/" in c for c in [*shown["samples"], *shown.get("cells", [])])  # no row short of its group
+    return text + (CLEAN_CAPTION if whole and not {"failed", "unpaired"} & set(shown) else "")
 
 
 def main_caption(agg: pd.DataFrame) -> str:
@@ -453,13 +503,16 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     csv("detail.csv", detail)
     groups = "\n".join(f"- {g}" for g in dict.fromkeys(agg["group"]))
     loaded = list(rows.attrs.get("warnings", []))  # logged as the rows were read
-    warns = list(dict.fromkeys([*loaded, *flags.run_warnings(agg)]))
+    code_facts, unscored = code_execution_lines(rows)  # isolation of executed code; quality never scored
+    none = columns.code_isolation_text("none")
+    unisolated = [f"{none} (rows with code_isolation=none)"] if any(none in f for f in code_facts) else []
+    warns = list(dict.fromkeys([*loaded, *flags.run_warnings(agg), *unscored, *unisolated]))
     for w in warns[len(loaded):]:
         log.warning("%s", w)
     head = [f"# Report\n\nSources: {', '.join(_shown(f) for f in (find_result_files(paths) if paths else []))}"
             + (f"; Spec-Bench answers: {', '.join(map(str, spec_bench))}" if spec_bench else ""),
             f"Run groups (rows of different run identities are never pooled{'; POOLED with --pool' if pool else ''}):"
-            f"\n\n{groups}\n\n{subtitle(agg)}"]
+            f"\n\n{groups}\n\n{subtitle(agg)}" + "".join(f"\n\n{fact}" for fact in code_facts)]
     if warns:
         head.append("## Warnings\n\n" + "\n".join(f"- {w}" for w in warns))
     put("report.md", "\n\n".join(head + sections) + "\n")

@@ -43,38 +43,96 @@ class ResultWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, row: dict[str, Any]) -> None:
-        line = json.dumps({k: _clean(v) for k, v in row.items()}, ensure_ascii=False)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append ``row`` as one JSON line, whole or not at all.
+
+        Raises:
+            OSError: the line could not be written (a full disk: ``ENOSPC``; a file-size limit: ``EFBIG``);
+                the part that did get written is cut off again, so the file ends with the last whole row and a
+                resumed run appends after it.
+        """
+        line = (json.dumps({k: _clean(v) for k, v in row.items()}, ensure_ascii=False) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            view = memoryview(line)
+            try:
+                while view:  # a write stopped by a size limit returns short; the next one raises
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as e:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # the torn tail is cut by the next resume (harness.resume.repair_trailing_newline)
+                e.filename = e.filename or str(self.path)
+                raise
+        finally:
+            os.close(fd)
+
+
+#: How many left-out lines of one file are named one by one before the rest are counted.
+SHOWN_BAD_LINES = 10
 
 
 def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Rows of one or more ``results.jsonl`` files (or run folders holding one) as a DataFrame.
+    """The rows of one or more ``results.jsonl`` files (or run folders holding one) as a DataFrame, each one
+    checked against the rows schema.
 
-    A line that is not valid JSON -- a torn last line left by a process killed mid-write -- is skipped with
-    a warning naming the file and line; the rows before and after it are kept. (``pandas.read_json`` fails
-    on such a file; a resumed run cuts the torn tail off, see :func:`harness.resume.repair_trailing_newline`.)
+    Each line is read as bytes and decoded on its own, so one line of bad bytes costs that line only. A line
+    is left out, with a warning naming the file, the line number and why, when it is not UTF-8, not JSON (a torn
+    last line left by a process killed mid-write is said to be one), not a JSON object, or not a valid result
+    row (:func:`harness.columns.row_problem`: required columns, each value's type and range, ``NaN`` and
+    ``Infinity`` refused, ``tokens_per_s`` equal to ``new_tokens / wall_time_s``). An invalid row that names
+    its cell (decoder and sample) keeps that cell without its measurement, as status ``invalid`` with the
+    reason (:func:`harness.columns.invalid_row`): tables count it as not measured. The rows before and after
+    it are kept. The warnings are logged and kept in ``attrs["warnings"]`` for the report to print; a
+    file without a valid row gives invalid cells only, or an empty frame (the caller says so). (A resumed run
+    cuts a torn tail off, see :func:`harness.resume.repair_trailing_newline`, and re-measures invalid cells.)
+
+    Raises:
+        FileNotFoundError: a path does not exist. OSError: a file cannot be read.
     """
-    rows = []
+    from harness.columns import invalid_row, row_problem  # the rows schema (pandas only)
+
+    rows, warnings = [], []
     for p in paths:
         p = Path(p)
         if p.is_dir():
             p = p / "results.jsonl"
-        with open(p, encoding="utf-8") as f:
-            lines = f.readlines()
-        for i, line in enumerate(lines, 1):
-            line = line.strip()
-            if not line:
+        lines = p.read_bytes().split(b"\n")
+        bad: list[str] = []
+        for i, raw in enumerate(lines, 1):
+            if not raw.strip():
                 continue
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                where = "last line" if i == len(lines) else f"line {i}"
-                log.warning("%s: skipped a torn %s (%d bytes; a process killed while writing it)", p, where,
-                            len(line))
-    return pd.DataFrame(rows)
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad.append(f"line {i}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                torn = i == len(lines)  # no newline after it: the writer was killed mid-line
+                bad.append(f"line {i}: " + (f"a torn last line ({len(raw)} bytes; a process killed while writing it)"
+                                            if torn else "not JSON"))
+                continue
+            why = row_problem(row)
+            if why:
+                bad.append(f"line {i}: {why}")
+                kept = invalid_row(row, why)  # the cell it names, counted as not measured
+                if kept is not None:
+                    rows.append(kept)
+                continue
+            rows.append(row)
+        if bad:
+            shown = "; ".join(bad[:SHOWN_BAD_LINES]) + (f"; ... ({len(bad)} in all)" if len(bad) > SHOWN_BAD_LINES
+                                                        else "")
+            warnings.append(f"{p}: {len(bad)} line{'s' if len(bad) > 1 else ''} left out ({shown})")
+    for w in warnings:
+        log.warning("%s", w)
+    frame = pd.DataFrame(rows)
+    frame.attrs["warnings"] = warnings
+    return frame
 
 
 def git_commit(repo_dir: str | Path) -> dict[str, Any]:

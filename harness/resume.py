@@ -18,7 +18,9 @@ skips every cell that already has a row with status ``ok`` (or a deterministic s
 run is refused before anything is written, naming the settings that differ (:class:`ResumeMismatchError`):
 rows are never mixed and ``meta.json`` is never rewritten to claim a config its rows do not have. With
 ``runner.resume=false`` the folder starts over: its files are moved to ``superseded/<time>/`` (nothing is
-deleted; the rows file is renamed ``results.superseded.jsonl`` so reports do not pick it up).
+deleted; the rows file is renamed ``results.superseded.jsonl`` so reports do not pick it up), together with
+the old run's record: its ``.hydra/`` and logs as they were before this job's Hydra rewrote them
+(:func:`harness.rundir.before`), with their times.
 
 **Pairing across processes.** A resumed process adopts the ``run_id`` of the folder's earlier rows, so
 tools that pair a decoder with vanilla by ``(run_id, task, sample_id, turn, repeat)`` see one run;
@@ -41,6 +43,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from harness import rundir
 from harness.columns import SAMPLING, SAMPLING_DEFAULTS, norm
 from harness.results import read_results
 
@@ -181,8 +184,15 @@ def repair_trailing_newline(path: str | Path) -> bool:
     return True
 
 
-def supersede(run_dir: str | Path) -> Path:
-    """Move a folder's result files to ``<run_dir>/superseded/<time>/`` (``runner.resume=false``).
+def supersede(run_dir: str | Path, before: rundir.Snapshot | None = None) -> Path:
+    """Move a folder's result files to ``<run_dir>/superseded/<time>/`` (``runner.resume=false``), with the old
+    run's ``.hydra/`` and logs.
+
+    Args:
+        run_dir: the run folder.
+        before: the folder before this job's Hydra wrote into it (:func:`harness.rundir.snapshot`): its Hydra
+            files and logs go to the superseded folder byte for byte, with their times, and the old part of a
+            log is cut from the live one. None: a ``.hydra/`` whose files all predate this process is moved.
 
     Returns:
         The folder they were moved to.
@@ -198,7 +208,38 @@ def supersede(run_dir: str | Path) -> Path:
     for name, new_name in SUPERSEDED_FILES.items():
         if (run_dir / name).exists():
             (run_dir / name).rename(dest / new_name)
+    _supersede_record(run_dir, dest, before)
     return dest
+
+
+def _supersede_record(run_dir: Path, dest: Path, before: rundir.Snapshot | None) -> None:
+    """The old run's ``.hydra/`` and logs into ``dest`` (see :func:`supersede`)."""
+    if before is None:
+        hydra = run_dir / ".hydra"
+        files = [p for p in hydra.rglob("*") if p.is_file()] if hydra.is_dir() else []
+        if files and all(p.stat().st_mtime < rundir.PROCESS_STARTED for p in files):
+            hydra.rename(dest / ".hydra")
+        return
+    job_log = _job_log()
+    for rel, old in before.files.items():
+        if old is None or not (rel in rundir.HYDRA_FILES or rel == job_log):  # the user's logs stay
+            continue
+        rundir.put_back(dest / rel, old, before.times.get(rel))
+        live = run_dir / rel
+        if rel == job_log and live.is_file():  # Hydra appends this job's lines to the old log
+            with open(live, "rb+") as f:
+                now = f.read()
+                if now.startswith(old):
+                    f.seek(0)
+                    f.write(now[len(old):])
+                    f.truncate()
+
+
+def _job_log() -> str | None:
+    """The file name of the job's log (``<hydra.job.name>.log``) when Hydra runs this job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return f"{HydraConfig.get().job.name}.log" if HydraConfig.initialized() else None
 
 
 def shard_spec(shard: Mapping[str, Any] | None) -> str | None:
@@ -315,7 +356,7 @@ def prepare_folder(run_dir: str | Path, identity: Mapping[str, Any], run_identit
     if not path.exists() or path.stat().st_size == 0:
         return None
     if not resume:
-        dest = supersede(run_dir)
+        dest = supersede(run_dir, rundir.before(run_dir))
         log.warning("runner.resume=false: %s starts over; its earlier files were moved to %s", run_dir, dest)
         return None
     repair_trailing_newline(path)

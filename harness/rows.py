@@ -1,7 +1,7 @@
 """One measured cell: the timed ``generate`` call (:func:`timed_generate`: the runner's stopwatch, the draft's
-prefill, peak memory), the machine load around it, the comparison with vanilla's tokens
-(:func:`first_divergence`) and the finished row (:func:`cell_row`). The columns are declared in
-:mod:`harness.columns`.
+prefill, peak memory, the contention it met: CPU time and run-queue wait), the machine load around it, the
+comparison with vanilla's tokens (:func:`first_divergence`) and the finished row (:func:`cell_row`). The columns
+are declared in :mod:`harness.columns`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from decoders.types import DecodeResult
-from harness.timing import Stopwatch, peak_memory_mb, reset_peak_memory
+from harness.timing import Stopwatch, peak_memory_mb, reset_peak_memory, sched_clock
 
 
 def first_divergence(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int | None:
@@ -29,7 +29,8 @@ def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
                    **generate_kwargs: Any) -> tuple[DecodeResult, float, dict[str, Any]]:
     """Run ``decoder.generate`` with the runner's stopwatch (device synchronized at each mark); return the result,
     wall seconds and the measured columns (:meth:`harness.timing.Stopwatch.columns`: ``ttft_s``, ``tpot_s``,
-    ``prefill_s``, ``draft_prefill_s``, ``decode_tokens_per_s``, phase times; ``peak_memory_mb``).
+    ``prefill_s``, ``draft_prefill_s``, ``decode_tokens_per_s``, phase times; ``peak_memory_mb``; and
+    :func:`contention_columns` of the call: ``cpu_time_s``, ``run_delay_s``).
 
     Args:
         draft: the draft model when the decoder runs it (its prompt prefill is timed), else ``None``.
@@ -38,10 +39,22 @@ def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
     watch = Stopwatch(input_ids.device)
     reset_peak_memory(input_ids.device)
     with watch.timing_draft_prefill(draft):
+        before = sched_clock()
         watch.start()
         result = decoder.generate(input_ids, max_new_tokens, stopwatch=watch, **generate_kwargs)
         wall = watch.stop()
-    return result, wall, {**watch.columns(result.new_tokens), "peak_memory_mb": peak_memory_mb(input_ids.device)}
+        after = sched_clock()
+    return result, wall, {**watch.columns(result.new_tokens), "peak_memory_mb": peak_memory_mb(input_ids.device),
+                          **contention_columns(before, after)}
+
+
+def contention_columns(before: tuple[float, float | None], after: tuple[float, float | None]) -> dict[str, Any]:
+    """``{"cpu_time_s", "run_delay_s"}`` between two :func:`harness.timing.sched_clock` readings around a timed
+    call: CPU seconds the process used, and seconds its threads waited for a CPU (``None`` where not exposed).
+    ``run_delay_s / wall_time_s`` is the contention the call met, measured rather than inferred from a load
+    average (which lags by a minute): the regression gate judges speed only on calls that barely waited."""
+    delay = None if before[1] is None or after[1] is None else max(0.0, after[1] - before[1])
+    return {"cpu_time_s": max(0.0, after[0] - before[0]), "run_delay_s": delay}
 
 
 def load_1m() -> float | None:

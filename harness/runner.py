@@ -62,6 +62,9 @@ from tasks.base import encode_prompt
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
+#: Samples whose first prompt :meth:`Runner._warm_all` tries per decoder before leaving its warm-up to its
+#: first cell (a decoder every early prompt is too long for).
+WARMUP_SEARCH = 8
 
 
 class Runner:
@@ -250,16 +253,45 @@ class Runner:
         return None
 
     def _warm_up(self, name: str, decoder: Any, input_ids: torch.Tensor) -> None:
-        """Untimed warm-up calls of one decoder, before its first timed cell (on a prompt it can run)."""
+        """Untimed warm-up calls of one decoder on ``input_ids`` (a prompt it can run), made the way a timed call
+        is made (:func:`harness.rows.timed_generate`: the stopwatch's marks, the draft's prefill hooks), so no
+        one-off cost of that path is left to a timed cell. Once per decoder per job (per :class:`Runner`)."""
         if name in self._warmed:
             return
+        draft = self.pair.draft if name in self.draft_users else None
         for _ in range(self.settings.warmup):
             kwargs, _ = self._generate_kwargs("warmup", 0, 0)
-            decoder.generate(input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), **kwargs)
+            timed_generate(decoder, input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), draft, **kwargs)
         if self.settings.warmup and hasattr(decoder, "reset"):
             decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
         self._warmed.add(name)
         log.debug("warmed up %s", name)
+
+    def _warm_all(self) -> None:
+        """Warm every decoder of the job before its first timed cell: each on the first turn-0 prompt (of the
+        first :data:`WARMUP_SEARCH` samples) it can run. Models shared by several decoders and the lazy set-up
+        of each (first forwards, caches, allocations) are then paid before any clock runs, not by whichever
+        decoder's cell comes first. A decoder whose warm-up raises is left to its first cell (which records
+        the error in its row); one without a runnable prompt here is warmed before its first cell."""
+        pending = [n for n in self.decoders if n not in self._warmed]
+        if not self.settings.warmup or not pending:
+            return
+        if all(self._done(s, n, 0, r) for _, s in self.work for n in pending for r in range(self.settings.repeats)):
+            return  # resume: nothing left to time
+        for _, sample in self.work[:WARMUP_SEARCH]:
+            text = self._render(sample, 0, [])
+            input_ids = self._encode(text) if text else None
+            for name in list(pending):
+                if input_ids is None or self._skip(name, text, int(input_ids.shape[1])) is not None:
+                    continue
+                pending.remove(name)
+                try:
+                    self._warm_up(name, self.decoders[name], input_ids)
+                except Exception as e:  # noqa: BLE001 -- the decoder's first cell runs (and records) it again
+                    log.warning("warm-up of %s failed (%s: %s); its first cell will say why", name,
+                                type(e).__name__, e)
+            if not pending:
+                return
 
     def _base_row(self, sample: Sample, index: int, name: str, turn: int, repeat: int, position: int,
                   prompt_tokens: int) -> dict[str, Any]:
@@ -352,6 +384,7 @@ class Runner:
         bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""), unit="sample")
         try:
             with self._sigint_after_writes():
+                self._warm_all()
                 for index, sample in bar:
                     self._run_sample(index, sample, bar)
         except KeyboardInterrupt:
@@ -514,7 +547,7 @@ class Runner:
         if not self.interrupted:
             return list(self.setup_notes)
         return [*self.setup_notes, "interrupted (Ctrl-C): this summary covers only the cells finished before it; "
-                "rerun the same command to resume"]
+                f"rerun the same command with hydra.run.dir={self.run_dir} to resume"]
 
     def write_summary(self) -> pd.DataFrame:
         """Write ``summary.csv`` and ``summary.md`` of this run's rows (:func:`harness.summary.write_summary`)

@@ -34,7 +34,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 import decoders.settings as D
-from declare import FIXED, above, at_least, one_of, setting
+from declare import FIXED, above, at_least, between, one_of, setting, zero_or
 from tasks.cnn_dm import CNNDailyMailSettings
 from tasks.gsm8k import GSM8KSettings
 from tasks.humaneval import HumanEvalSettings
@@ -103,6 +103,9 @@ class ModelConfig:
 
 #: ``runner.order`` choices.
 ORDERS = ("rotate", "fixed")
+#: Sampling temperatures allowed besides 0 (greedy): below 1e-3 sampling is greedy in all but cost and the
+#: logits / temperature of float32 models head for overflow; above 100 every distribution is flat noise.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
 
 
 @dataclass
@@ -114,7 +117,8 @@ class RunnerConfig:
     warmup: int = setting(1, at_least(0), "untimed warm-up calls per decoder")
     warmup_tokens: int = setting(16, at_least(1), "new tokens of each warm-up call")
     seed: int = setting(0, at_least(0), "torch seed; when sampling, the seed every cell's generator comes from")
-    temperature: float = setting(0.0, at_least(0.0), "0: greedy; > 0: lossless sampling (docs/sampling.md)")
+    temperature: float = setting(0.0, zero_or(between(MIN_TEMPERATURE, MAX_TEMPERATURE)),
+                                 "0: greedy; > 0: lossless sampling (docs/sampling.md)")
     top_p: float = setting(1.0, {**above(0.0), "le": 1.0}, "nucleus filtering when sampling (1.0: off)")
     top_k: int = setting(0, at_least(0), "top-k filtering when sampling (0: off)")
     score: bool = setting(True, None, "score the quality of vanilla's output and of any output that differs")

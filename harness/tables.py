@@ -24,9 +24,39 @@ log = logging.getLogger(__name__)
 MD_INTERVALS = ("speedup", "decode_speedup")
 
 
+#: What ``samples`` means in every printed table (summary.md and the report's), and ``cells``, printed beside it
+#: for a multi-turn task (MT-Bench: a sample has one cell per turn). summary.csv and main.csv keep the counts
+#: apart: ``paired_samples`` / ``group_samples`` (and ``samples``: those with an ok row, paired or not).
+SAMPLES_MEANING = ("the samples a row's figures are computed over (k/n: k of its run group's n); every figure of a "
+                   "decoder, tok/s included, is over its rows paired with an ok vanilla row of the same sample, turn "
+                   "and repeat")
+CELLS_MEANING = ("the same for (sample, turn) cells, shown for a multi-turn task where a row misses some: a decoder "
+                 "that lost a later turn of a sample covers fewer cells of it")
+
+
+def coverage_cell(r: Mapping[str, Any], unit: str = "samples") -> str:
+    """The ``samples`` (or ``cells``) cell of a table row: ``5``, or ``3/5`` when its figures are over 3 of its
+    run group's 5 (``paired_<unit>`` of ``group_<unit>``; ``<unit>`` alone for rows without them)."""
+    n, total = num(pd.Series([r.get(f"paired_{unit}"), r.get(f"group_{unit}")]))
+    if pd.isna(n):
+        v = num(pd.Series([r.get(unit)])).iloc[0]
+        return "-" if pd.isna(v) else f"{int(v)}"
+    return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
+
+
+def show_cells(agg: pd.DataFrame) -> bool:
+    """Whether a table shows ``cells`` beside ``samples``: a group has more cells than samples (turns) and a
+    row's figures miss some of them (where every row covers every cell, ``samples`` says it all)."""
+    if not {"group_cells", "group_samples", "paired_cells"} <= set(agg.columns):
+        return False
+    turns = num(agg["group_cells"]) > num(agg["group_samples"])
+    return bool((turns & (num(agg["paired_cells"]) < num(agg["group_cells"]))).any())
+
+
 #: The legend under the summary's table (and the report's definitions): each printed column's meaning from
 #: the rows schema, then how to read the intervals.
-SUMMARY_LEGEND = legend(SUMMARY_MD_COLUMNS) + (
+SUMMARY_LEGEND = "; ".join([f"samples = {SAMPLES_MEANING}", f"cells = {CELLS_MEANING}", legend(
+    [c for c in SUMMARY_MD_COLUMNS if c not in ("samples", "paired_samples")])]) + (
     f"; [low, high] = 95% bootstrap interval over samples and repeats (quality: Wilson over samples for a 0/1 "
     f"score, Student-t over seeds for sampled runs); no interval below {MIN_INTERVAL_SAMPLES} samples ("
     "n too small)")
@@ -79,10 +109,16 @@ def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.
     drop = {"group"} if "group" in df and df["group"].nunique() <= 1 else set()
     if "repeats" in df and (num(df["repeats"]).fillna(1) <= 1).all():
         drop.add("repeats")
-    if {"rows", "samples"} <= set(df.columns) and (num(df["rows"]) == num(df["samples"])).all():
+    if {"rows", "paired_samples"} <= set(df.columns) and (num(df["rows"]) == num(df["paired_samples"])).all():
         drop.add("rows")
-    if {"paired_samples", "samples"} <= set(df.columns) and (num(df["paired_samples"]) == num(df["samples"])).all():
-        drop.add("paired_samples")
+    drop.add("paired_samples")  # printed in samples: k/n, as the report prints it
+    if "samples" in df:
+        df["samples"] = [coverage_cell(r) for r in df.to_dict("records")]
+        intervals.append("samples")
+        if show_cells(df):
+            df["cells"] = [coverage_cell(r, "cells") for r in df.to_dict("records")]
+            columns.insert(columns.index("samples") + 1, "cells")
+            intervals.append("cells")
     if "unpaired" in df and (num(df["unpaired"]).fillna(0) == 0).all():
         drop.add("unpaired")
     if "failed" in df and "failed_statuses" in df:  # how many and why: "2 error, 1 prompt_too_long"

@@ -8,6 +8,7 @@ columns (:meth:`Stopwatch.columns`).
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import time
@@ -132,6 +133,31 @@ class Stopwatch:
         return {"ttft_s": ttft, "tpot_s": tpot, "prefill_s": prefill, "draft_prefill_s": draft_prefill,
                 "first_tokens": self.first_tokens if ttft is not None else None, "decode_tokens_per_s": decode,
                 **{f"{p}_time_s": t for p, t in self.phases.items()}}
+
+
+def sched_clock() -> tuple[float, float | None]:
+    """The process's clocks that tell waiting for a CPU from computing, in seconds: ``(cpu, run_delay)``.
+
+    ``cpu``: CPU time of the process, all threads, user + system (:func:`time.process_time`). ``run_delay``: time
+    its threads spent runnable but waiting on a run queue, summed over threads (Linux: field 2 of
+    ``/proc/self/task/<tid>/schedstat``, ns), ``None`` where the OS does not expose it. Only differences of two
+    readings in one process mean something; a reading costs ~40 us (outside any timed window). A kernel that
+    keeps no such statistics (no file, or zero time on a CPU for every thread) gives ``None``, never 0.
+    """
+    cpu = time.process_time()
+    on_cpu = delay = 0
+    try:
+        with os.scandir("/proc/self/task") as tasks:
+            for task in tasks:
+                try:
+                    with open(f"/proc/self/task/{task.name}/schedstat", "rb") as f:
+                        fields = f.read().split()
+                    on_cpu, delay = on_cpu + int(fields[0]), delay + int(fields[1])
+                except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+                    continue
+    except OSError:
+        return cpu, None
+    return cpu, (delay / 1e9 if on_cpu > 0 else None)
 
 
 def peak_memory_mb(device: torch.device) -> float:

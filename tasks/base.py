@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence, TypeVar
 
-from declare import above, at_least, check_args, one_of, setting
+from declare import at_least, between, check_args, one_of, setting
+from tasks.sandbox import MODES as ISOLATION_MODES
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,15 @@ class TaskSettings:
 
 @dataclass
 class CodeTaskSettings(TaskSettings):
-    """The settings the code tasks share: opt-in execution (:mod:`tasks.execution`) and its limit."""
+    """The settings the code tasks share: opt-in execution (:mod:`tasks.execution`), its limits and its
+    isolation (:mod:`tasks.sandbox`)."""
 
     allow_code_execution: bool = setting(False, None, "run the generated code to score pass@1 (opt-in)")
-    timeout_s: float = setting(10.0, above(0), "wall-clock seconds per program")
+    timeout_s: float = setting(10.0, between(0.1, 3600), "wall-clock seconds per program")
+    max_memory_mb: int = setting(4096, between(256, 65536), "MiB of address space per program (RLIMIT_AS)")
+    max_file_mb: int = setting(64, between(1, 1024), "MiB a program may write: per file and its temp folder")
+    isolation: str = setting("namespaces", one_of(*ISOLATION_MODES),
+                             "namespaces: OS isolation or refuse; auto: else the Python guard, warned; none")
 
 
 def select_slice(items: Sequence[T], offset: int, limit: int | None, what: str = "problems") -> list[T]:

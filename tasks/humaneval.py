@@ -41,7 +41,7 @@ from tasks.types import Sample
 from tasks.base import (CodeTaskSettings, DataNotFoundError, Task, apply_chat, cut_at_stop, extract_code_block,
                         select_slice)
 from tasks.data import read_jsonl, require_fields
-from tasks.execution import run_program
+from tasks.execution import CodeScorer
 
 STOP_SEQUENCES = ("\ndef", "\nclass", "\nif", "\n#", "\nprint")
 STOP_STYLES = ("codex", "function")
@@ -95,7 +95,10 @@ class HumanEval(Task):
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
         stop_style: ``codex`` (standard) or ``function`` (keeps helper functions); see the module docstring.
         allow_code_execution: run the problems' tests for pass@1 (executes model-written code).
-        timeout_s: per-problem execution timeout in seconds (> 0).
+        timeout_s: per-problem execution timeout in seconds (0.1 to 3600).
+        max_memory_mb: address-space limit per program in MiB (256 to 65536).
+        max_file_mb: what a program may write in MiB, per file and in its temp folder (1 to 1024).
+        isolation: ``namespaces`` (OS isolation, else refuse), ``auto`` or ``none`` (:mod:`tasks.sandbox`).
 
     Raises:
         DataNotFoundError: at construction, if ``data_path`` does not exist (or, with ``data_path`` null, the
@@ -119,6 +122,9 @@ class HumanEval(Task):
         stop_style: str = S.stop_style,
         allow_code_execution: bool = S.allow_code_execution,
         timeout_s: float = S.timeout_s,
+        max_memory_mb: int = S.max_memory_mb,
+        max_file_mb: int = S.max_file_mb,
+        isolation: str = S.isolation,
     ):
         self.take_settings(S, locals())
         if data_path is None:
@@ -141,6 +147,7 @@ class HumanEval(Task):
         self.stop_style = stop_style
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s
+        self.scorer = CodeScorer.for_task(allow_code_execution, timeout_s, max_memory_mb, max_file_mb, isolation)
         problems = read_jsonl(self.data_path)
         require_fields(problems, ("task_id", "prompt", "entry_point", "test"), str(self.data_path))
         self._problems = select_slice(problems, self.offset, None)
@@ -167,8 +174,8 @@ class HumanEval(Task):
         return cut_at_stop(completion, self.stop_sequences)
 
     def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
-        """``{"pass@1": 0.0 or 1.0}`` when code execution is allowed, else ``{}``."""
-        if not self.allow_code_execution:
+        """``{"pass@1": 0.0 or 1.0, "code_isolation": ...}`` when code execution is allowed, else ``{}``."""
+        if self.scorer is None:
             return {}
         program = build_program(sample.reference, self.postprocess(sample, completion, chat))
-        return {"pass@1": float(run_program(program, self.timeout_s).passed)}
+        return self.scorer.score(program)

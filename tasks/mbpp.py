@@ -37,7 +37,7 @@ from declare import at_least, one_of, setting
 from tasks.types import Sample
 from tasks.base import CodeTaskSettings, Task, apply_chat, cut_at_stop, extract_code_block, select_slice
 from tasks.data import DataSource, load_records, require_fields
-from tasks.execution import run_program
+from tasks.execution import CodeScorer
 
 SOURCE = DataSource(task="MBPP", relpath="mbpp/mbpp.jsonl", hub_id="google-research-datasets/mbpp",
                     hub_config="full", hub_split="test")
@@ -95,7 +95,10 @@ class MBPP(Task):
         max_new_tokens: default generation budget for this task.
         prompt_style: ``auto`` (chat template for instruct models), ``chat`` or ``completion``.
         allow_code_execution: run the asserts for pass@1 (executes model-written code).
-        timeout_s: per-problem execution timeout in seconds (> 0).
+        timeout_s: per-problem execution timeout in seconds (0.1 to 3600).
+        max_memory_mb: address-space limit per program in MiB (256 to 65536).
+        max_file_mb: what a program may write in MiB, per file and in its temp folder (1 to 1024).
+        isolation: ``namespaces`` (OS isolation, else refuse), ``auto`` or ``none`` (:mod:`tasks.sandbox`).
         hub_id: the hub dataset id (config ``full``).
 
     Raises:
@@ -120,12 +123,16 @@ class MBPP(Task):
         prompt_style: str = S.prompt_style,
         allow_code_execution: bool = S.allow_code_execution,
         timeout_s: float = S.timeout_s,
+        max_memory_mb: int = S.max_memory_mb,
+        max_file_mb: int = S.max_file_mb,
+        isolation: str = S.isolation,
         hub_id: str | None = S.hub_id,
     ):
         self.take_settings(S, locals())
         self.split = split
         self.allow_code_execution = allow_code_execution
         self.timeout_s = timeout_s
+        self.scorer = CodeScorer.for_task(allow_code_execution, timeout_s, max_memory_mb, max_file_mb, isolation)
         source = replace(SOURCE, hub_id=hub_id, hub_split=split)
         rows, self.origin = load_records(source, data_path, data_dir)
         if source.hub_id is not None and data_path in (None, "") and data_dir in (None, "") and split != "prompt":
@@ -166,8 +173,8 @@ class MBPP(Task):
         return code
 
     def score(self, sample: Sample, completion: str, chat: bool) -> dict[str, float]:
-        """``{"pass@1": 0.0 or 1.0}`` when code execution is allowed, else ``{}``."""
-        if not self.allow_code_execution:
+        """``{"pass@1": 0.0 or 1.0, "code_isolation": ...}`` when code execution is allowed, else ``{}``."""
+        if self.scorer is None:
             return {}
         program = build_program(sample.reference, self.postprocess(sample, completion, chat))
-        return {"pass@1": float(run_program(program, self.timeout_s).passed)}
+        return self.scorer.score(program)

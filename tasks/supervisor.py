@@ -1,10 +1,13 @@
 """The code-execution supervisor (trusted code; :mod:`tasks.execution` runs it as a script in a fresh
 interpreter, ``python -s tasks/supervisor.py <fd>``, and imports only its wait loop, :func:`wait_until`).
 
-It reads its settings (program path, limits, the per-run pass code) as JSON from the pipe ``fd``, becomes a
-child subreaper, forks the program process (limits, write guard, ``exec`` of the program) and waits for it
-within the wall-clock limit, then kills every descendant and exits with its verdict: 80 passed, 81 failed,
-82 error, 83 timeout. Only the standard library: the program's interpreter must not load the harness.
+It reads its settings (program path, limits, the per-run pass token, the sandbox) as JSON from the pipe
+``fd``, becomes a child subreaper, sets up the sandbox when there is one (:func:`tasks.sandbox.enter`: it is
+then PID 1 of its own PID namespace), forks the program process (limits, privileges dropped and the seccomp
+filter installed by :func:`tasks.sandbox.drop_privileges`, write guard, ``exec`` of the program) and waits for it within the wall-clock limit, then kills every descendant and exits
+with its verdict: 80 passed, 81 failed, 82 error, 83 timeout, 84 the sandbox could not be set up (the program
+did not run). Only the standard library: the program's interpreter must not load the harness
+(``tasks/sandbox.py`` is loaded by its path).
 """
 
 import json
@@ -14,7 +17,18 @@ import sys
 import time
 
 CHILD_FAILED, CHILD_ERROR = 3, 4
-PASSED, FAILED, ERROR, TIMEOUT = 80, 81, 82, 83
+PASSED, FAILED, ERROR, TIMEOUT, SANDBOX_FAILED = 80, 81, 82, 83, 84
+
+
+def load_sandbox():
+    """tasks/sandbox.py, loaded by its path (this script's folder is not on sys.path)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("specdec_sandbox",
+                                                  os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "sandbox.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def note(text):
@@ -131,8 +145,10 @@ def guard_processes():
         sys.modules[mod] = None  # `import ctypes` now raises ImportError
 
 
-def run_child(cfg, pass_code):
-    """The program process: limits, guard, exec(program); never returns."""
+def run_child(cfg, fds, sandbox=None):
+    """The program process: limits, privileges dropped (with a sandbox: then one byte on fds["ready"]), guard,
+    exec(program), and only when that returned, the pass token read from fds["token"] copied to fds["report"];
+    never returns. The token is nowhere in this interpreter while the program runs."""
     import builtins, faulthandler, resource, traceback
     exit_ = os._exit
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -154,18 +170,33 @@ def run_child(cfg, pass_code):
     if cfg["max_file_bytes"] > 0:
         limit(resource.RLIMIT_FSIZE, cfg["max_file_bytes"])
     limit(resource.RLIMIT_CORE, 0)
-    if not cfg["allow_processes"]:
-        limit(resource.RLIMIT_NPROC, 0)  # no effect for root (the guard still refuses fork/exec)
+    if cfg.get("max_open_files"):
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        limit(resource.RLIMIT_NOFILE, cfg["max_open_files"] if hard < 0 else min(cfg["max_open_files"], hard))
+    if sandbox is None and not cfg["allow_processes"]:
+        limit(resource.RLIMIT_NPROC, 0)  # no seccomp filter: no fork, no threads (the kernel exempts root)
+    elif cfg.get("max_processes"):
+        # in a sandbox the seccomp filter refuses fork/exec without allow_processes; this caps threads
+        limit(resource.RLIMIT_NPROC, cfg["max_processes"])
     faulthandler.disable()
     with open(cfg["program"], encoding="utf-8") as f:
         source = f.read()
+    if sandbox is not None:
+        try:
+            sandbox.drop_privileges(cfg["sandbox"], cfg["allow_processes"])
+        except Exception as e:
+            note("the sandbox could not drop privileges: %s" % e)
+            exit_(CHILD_ERROR)
+        os.write(fds["ready"], b"1")  # the supervisor scores nothing unless this byte came
+        os.close(fds["ready"])
     os.chdir(cfg["work"])
     guard(cfg["work"], cfg["allow_processes"])
     namespace = {"__name__": "program", "__file__": "program.py", "__builtins__": builtins}
     code = CHILD_ERROR
     try:
         exec(compile(source, "program.py", "exec"), namespace)
-        code = pass_code
+        os.write(fds["report"], os.read(fds["token"], 64))
+        code = 0
     except AssertionError:
         code = CHILD_FAILED
         traceback.print_exc()
@@ -259,10 +290,42 @@ def wait_for(pid, timeout_s):
     return wait_until(pid, timeout_s, reaped)
 
 
+def pass_pipes(token):
+    """Two pipes holding the per-run pass token (kernel buffers, no Python object): one the program process
+    reads only after the program returned, one the supervisor keeps; plus the pipe the program process
+    reports it on. Returns ``({"token": r, "report": w}, (kept read end, report read end))``."""
+    give, keep, report = os.pipe(), os.pipe(), os.pipe()
+    for r, w in (give, keep):
+        os.write(w, token)
+        os.close(w)
+    for fd in (keep[0], report[0]):
+        os.set_blocking(fd, False)
+    return {"token": give[0], "report": report[1]}, (keep[0], report[0])
+
+
+def token_matches(keep_fd, report_fd):
+    """Whether the program process reported the pass token (read without blocking)."""
+    try:
+        token, reported = os.read(keep_fd, 64), os.read(report_fd, 64)
+    except OSError:
+        return False
+    return bool(token) and reported == token
+
+
 def main():
     with os.fdopen(int(sys.argv[1]), "rb") as f:
         cfg = json.loads(f.read().decode("utf-8"))
-    pass_code = cfg.pop("pass_code")
+    fds, mine = pass_pipes(cfg.pop("pass_token").encode("ascii"))
+    sandbox = ready = None
+    if cfg.get("sandbox"):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # PID 1: only signals with a handler could reach it
+        try:
+            sandbox = load_sandbox()
+            sandbox.enter(cfg["sandbox"])
+        except Exception as e:
+            note("the sandbox could not be set up: %s" % e)
+            os._exit(SANDBOX_FAILED)
+        ready = os.pipe()
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -274,17 +337,30 @@ def main():
     pid = os.fork()
     if pid == 0:
         try:
-            run_child(cfg, pass_code)
+            for fd in mine:
+                os.close(fd)
+            if ready is not None:
+                os.close(ready[0])
+                fds["ready"] = ready[1]
+            run_child(cfg, fds, sandbox)
         finally:
             os._exit(CHILD_ERROR)
+    for fd in fds.values():
+        os.close(fd)
+    if ready is not None:
+        os.close(ready[1])
+        os.set_blocking(ready[0], False)
     status = wait_for(pid, cfg["timeout_s"] - (time.monotonic() - start))
     if status is None:
         verdict = TIMEOUT
         note("wall-clock timeout after %g s: killed the program and its descendants" % cfg["timeout_s"])
     elif os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
-        if code == pass_code:
+        if code == 0 and token_matches(*mine):
             verdict = PASSED
+        elif code == 0:
+            verdict = ERROR
+            note("the program exited with code 0 before its tests finished")
         elif code == CHILD_FAILED:
             verdict = FAILED
         elif code == CHILD_ERROR:
@@ -301,6 +377,14 @@ def main():
             verdict = ERROR
             note("the program was killed by signal %d" % sig)
     kill_descendants()
+    if ready is not None and verdict != TIMEOUT:
+        try:
+            dropped = os.read(ready[0], 1) == b"1"
+        except OSError:
+            dropped = False
+        if not dropped:
+            note("the program process did not confirm its privilege drop: nothing is scored")
+            verdict = SANDBOX_FAILED
     os._exit(verdict)
 
 

@@ -72,3 +72,20 @@ def test_run_py_list_describes_every_config():
     bad = subprocess.run([sys.executable, "run.py", "list", "nope"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "unknown config group" in bad.stderr
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    (["decoder=typo"], "unknown decoder 'typo'"),
+    (["decoder=[speculativ]"], "did you mean speculative?"),
+    (["decoder=[speculative]", "decoder.speculative.gama=3"], "unknown key decoder.speculative.gama"),
+    (["runner.max_new_tokens=0"], "runner.max_new_tokens=0"),
+])
+def test_a_bad_override_is_one_clean_line(overrides, fragment):
+    # Before: decoder=typo was a 54-line Hydra traceback (MissingConfigException) with advice for Hydra's search path
+    from harness.api import compose_config
+    from harness.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        compose_config(overrides)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+    assert e.value.__cause__ is None and e.value.__suppress_context__  # no chained Hydra traceback

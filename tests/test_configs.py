@@ -287,7 +287,7 @@ BOUNDS = [
     (["task.limit=0"], "task.limit=0: must be an integer >= 1 or null"),
     (["task.max_new_tokens=0"], "task.max_new_tokens=0: must be an integer >= 1"),
     (["task.prompt_style=fancy"], "task.prompt_style='fancy': must be one of auto, chat, completion"),
-    (["task.timeout_s=0"], "task.timeout_s=0.0: must be a number > 0"),
+    (["task.timeout_s=0"], "task.timeout_s=0.0: must be a number in [0.1, 3600]"),
     (["task=gsm8k", "task.num_fewshot=9"], "task.num_fewshot=9: must be an integer in [0, 8]"),
     (["task=mt_bench", "task.max_turns=0"], "task.max_turns=0: must be an integer >= 1 or null"),
     (["task=cnn_dm", "task.chat_prompt=Summarize."],

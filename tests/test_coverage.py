@@ -117,9 +117,9 @@ def test_category_table_says_how_many_samples(tmp_path):
     rows = fail(rows, "speculative", {0})                    # writing: samples 0, 2, 4
     written = report.write_report([write_run(tmp_path / "run", rows)], tmp_path / "rep")
     md = written["category.md"].read_text()
-    assert md.splitlines()[0] == "| decoder | writing | math | overall | samples | failed |"
-    assert _line(md, "speculative") == ["speculative", "2.00 (2/3)", "2.00", "2.00", "5/6", "2 error"]
-    assert _line(md, "vanilla")[1:] == ["1.00", "1.00", "1.00", "6", "-"]
+    assert md.splitlines()[0] == "| decoder | writing | math | overall | samples | cells | failed |"
+    assert _line(md, "speculative") == ["speculative", "2.00 (2/3)", "2.00", "2.00", "5/6", "10/12", "2 error"]
+    assert _line(md, "vanilla")[1:] == ["1.00", "1.00", "1.00", "6", "12", "-"]
 
 
 def test_clean_runs_say_every_cell_was_measured(tmp_path):
@@ -265,3 +265,69 @@ def test_coverage_helpers():
     rows = pd.DataFrame({"status": ["error", "prompt_too_long"], "reason": ["x" * 300, "short"]})
     why = coverage.reasons(rows)
     assert why.startswith("error: xxx") and why.endswith("...; prompt_too_long: short")
+
+
+# ----------------------------------------------------------------------------------------- cells, not samples
+def _mt_bench_losing_turn_2(samples: set[int]) -> list[dict]:
+    """MT-Bench (2 turns) on 3 questions; speculative has no turn-2 row on ``samples`` (the runner never got
+    there), so it covers every sample but not every cell."""
+    rows = fixture_rows("mt", tasks=["mt_bench"], n=3, turns=2)
+    return [r for r in rows if not (r["decoder"] == "speculative" and r.get("turn") == 1 and _index(r) in samples)]
+
+
+def test_a_decoder_missing_a_later_turn_is_warned_by_cell(tmp_path):
+    # Before: every decoder showed the same samples and no warning fired, although speculative's figures
+    # stood on 4 of the 6 (sample, turn) cells the others had.
+    run = write_run(tmp_path / "run", _mt_bench_losing_turn_2({0, 1}))
+    agg = metrics.aggregate(report.load_rows([run])).set_index("label")
+    assert agg.loc["speculative", ["paired_samples", "paired_cells", "group_cells"]].tolist() == [3, 4, 6]
+    warnings = agg.loc["speculative", "warnings"]
+    assert any("cover different (sample, turn) cells (6 in all)" in w and "speculative 4 (not mt_bench/0 turn 2, "
+               "mt_bench/1 turn 2)" in w for w in warnings), warnings
+    written = report.write_report([run], tmp_path / "rep")
+    main = written["main.md"].read_text()
+    assert _cells(main, "speculative")["cells"] == "4/6" and _cells(main, "vanilla")["cells"] == "6"
+    assert "Every cell was measured" not in written["report.md"].read_text()
+
+
+def test_summary_md_and_the_report_print_the_same_samples(tmp_path):
+    # Before: summary.md printed the ok samples (3) where the report printed the paired ones of the group
+    # (1/3) for the same decoder.
+    from harness.summary import write_summary
+
+    rows = fail(fixture_rows("same", tasks=["humaneval"], n=3), "vanilla", {1, 2})
+    run = write_run(tmp_path / "run", rows)
+    write_summary(run, read_results([run]), [], "header", [])
+    summary_md = (run / "summary.md").read_text()
+    table = summary_md[summary_md.index("| label"):]
+    report_md = report.write_report([run], tmp_path / "rep")["main.md"].read_text()
+    assert _cells(table, "speculative")["samples"] == _cells(report_md, "speculative")["samples"] == "1/3"
+    assert "samples = the samples a row's figures are computed over (k/n" in summary_md
+
+
+def test_a_shard_reported_alone_says_so(tmp_path):
+    # Before: summary.md said a folder was one shard of n; the report over that folder alone did not.
+    rows = [dict(r, shard="0/2", run_identity="ident") for r in fixture_rows("sh", tasks=["humaneval"], n=2)]
+    run = write_run(tmp_path / "shard0", rows)
+    rep = report.write_report([run], tmp_path / "rep")["report.md"].read_text()
+    assert "shard 0/2 only (1 of 2 shards, runner.shard)" in rep.split("## Warnings", 1)[1]
+    other = [dict(r, shard="1/2", run_identity="ident", sample_id=r["sample_id"] + "b")
+             for r in fixture_rows("sh", tasks=["humaneval"], n=2)]
+    both = report.load_rows([run, write_run(tmp_path / "shard1", other)])
+    assert not [w for w in both.attrs["warnings"] if "shard" in w]
+
+
+def test_repeated_inputs_are_warned_not_dropped_silently(tmp_path):
+    # Before: a folder given twice, and a run beside a copy of its rows, were de-duplicated without a word.
+    rows = fixture_rows("rep", tasks=["humaneval"], n=3)
+    run = write_run(tmp_path / "run", rows)
+    twice = report.load_rows([run, run])
+    assert any(w.startswith("repeated input:") and "named 2 times" in w for w in twice.attrs["warnings"])
+    (run / "copy.jsonl").write_text((run / "results.jsonl").read_text())
+    copied = report.load_rows([run, run / "copy.jsonl"])
+    assert any("duplicate cells" in w and "copy.jsonl" in w for w in copied.attrs["warnings"])
+    appended = write_run(tmp_path / "appended", rows + rows)  # the run's rows pasted into its own file again
+    loaded = report.load_rows([appended])
+    assert any("holds 6 ok rows repeating a cell" in w for w in loaded.attrs["warnings"])
+    agg = metrics.aggregate(loaded).set_index("label")
+    assert agg.loc["speculative", "rows"] == 3  # each cell still counted once

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from omegaconf import OmegaConf
 
 import decoders.settings as D
 from declare import at_least, between, check_args, one_of, rows, rule_text, setting
@@ -87,7 +88,7 @@ def test_a_changed_declaration_reaches_constructor_schema_and_list(monkeypatch):
 
 @pytest.mark.parametrize("override,line", [
     ("decoder.ouroboros.stop_confidence=nan", "decoder.ouroboros.stop_confidence=nan: must be a finite number"),
-    ("runner.temperature=inf", "runner.temperature=inf: must be a finite number (a number >= 0.0)"),
+    ("runner.temperature=inf", "runner.temperature=inf: must be a finite number (0 or a number in [0.001, 100.0])"),
     ("decoder.ouroboros.gamma=99999999999999999999", "decoder.ouroboros.gamma=99999999999999999999: must be at most"),
 ])
 def test_nan_and_inf_break_every_numeric_bound(override, line):
@@ -129,3 +130,92 @@ def test_no_hand_written_config_restates_a_declared_default(group):
         declared = {f.name: f.default for f in dataclasses.fields(schema) if "help" in f.metadata}
         restated = [k for k, v in node.items() if k in declared and v == declared[k]]
         assert not restated, f"conf/{group}/{path.name} restates the declared default of {restated}"
+
+
+@pytest.mark.parametrize("overrides,line", [
+    (["decoder=[vanilla,opt_tree_cost]", "decoder.opt_tree_cost.cost_aware=-1"],
+     "decoder.opt_tree_cost.cost_aware=-1: must be true or false"),
+    (["runner.score=2147483648"], "runner.score=2147483648: must be true or false"),
+    (["runner.score='5'"], "runner.score='5': must be true or false"),
+    (["runner.resume=0"], "runner.resume=0: must be true or false"),
+    (["model.chat_template=2"], "model.chat_template=2: must be true or false"),
+])
+def test_a_boolean_setting_takes_only_true_or_false(overrides, line):
+    # Before: the schema turned any integer (and '5') into true, so cost_aware=-1 ran cost-aware
+    with pytest.raises(ConfigError) as e:
+        compose(["model=tiny-random", *overrides])
+    assert str(e.value) == line
+
+
+def test_a_boolean_setting_of_an_inline_decoder_or_a_constructor_takes_only_true_or_false():
+    from harness.config import validate
+    from harness.settings import RunSettings
+
+    cfg = compose(["model=tiny-random", "decoder=[vanilla,opt_tree]"])
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain["decoder"]["inline_tree"] = {**plain["decoder"]["opt_tree"], "draft_on_copy": 7}  # an experiment's node
+    with pytest.raises(ConfigError, match=r"^decoder\.inline_tree\.draft_on_copy=7: must be true or false$"):
+        validate(plain)
+    with pytest.raises(ValueError, match=r"^cost_aware=-1: must be true or false"):
+        check_args(D.OptTreeSettings, {"cost_aware": -1})
+    with pytest.raises(ValueError, match=r"^runner\.score=2: must be true or false"):
+        RunSettings(score=2)
+    assert compose(["model=tiny-random", "runner.score=false"]).runner.score is False
+
+
+@pytest.mark.parametrize("value,line", [
+    ("1e23", "runner.temperature=1e+23: must be 0 or a number in [0.001, 100.0]"),
+    ("1e-400", "runner.temperature=1e-400: underflows to 0 in floating point"),
+    ("0.0000001", "runner.temperature=1e-07: must be 0 or a number in [0.001, 100.0]"),
+    ("-0.5", "runner.temperature=-0.5: must be 0 or a number in [0.001, 100.0]"),
+])
+def test_temperature_is_zero_or_a_sensible_positive_number(value, line):
+    # Before: 1e23 was accepted, and 1e-400 underflowed to 0.0 and decoded greedily without a word
+    with pytest.raises(ConfigError) as e:
+        compose(["model=tiny-random", "decoder=[vanilla,speculative]", f"runner.temperature={value}"])
+    assert str(e.value).startswith(line)
+
+
+def test_temperature_bounds_hold_for_the_runner_constructor_and_leave_usual_values_alone():
+    from harness.settings import RunSettings
+
+    with pytest.raises(ValueError, match=r"runner\.temperature=1e\+23: must be 0 or a number in"):
+        RunSettings(temperature=1e23)
+    for t in ("0", "0.001", "0.7", "100"):
+        assert compose(["model=tiny-random", "decoder=[vanilla,speculative]", f"runner.temperature={t}"])
+
+
+def test_a_float_that_underflows_is_refused_for_every_setting():
+    with pytest.raises(ConfigError, match=r"^decoder\.ouroboros\.stop_confidence=1e-999: underflows to 0"):
+        compose(["model=tiny-random", "decoder=[vanilla,ouroboros]", "decoder.ouroboros.stop_confidence=1e-999"])
+    assert compose(["model=tiny-random", "decoder=[vanilla,ouroboros]", "decoder.ouroboros.stop_confidence=0e5"])
+
+
+def test_opt_tree_threshold_is_bounded_by_what_a_layer_can_add():
+    # A layer's nodes are distinct paths: their values sum to at most 1, so a threshold above 1 stops every tree
+    # after its first layer whatever its value; before, any threshold >= 0 was accepted
+    with pytest.raises(ConfigError, match=r"decoder\.opt_tree\.threshold=2\.0: must be a number in \[0\.0, 1\.0\]"):
+        compose(["model=tiny-random", "decoder=[vanilla,opt_tree]", "decoder.opt_tree.threshold=2"])
+
+
+def test_an_overridden_tuned_setting_is_marked_in_the_name_and_warned_once(capsys):
+    from harness import config as C
+
+    getattr(C, "_WARNED", set()).clear()
+    base = ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned]"]
+    tuned = OmegaConf.load(C.CONF_DIR / "decoder" / "tuned" / "speculative_tuned.yaml").gamma
+    assert list(C.validate(compose(base)).decoder) == ["vanilla", "speculative_tuned"]
+    assert list(C.validate(compose([*base, f"decoder.speculative_tuned.gamma={tuned}"])).decoder) == \
+        ["vanilla", "speculative_tuned"]  # the tuned value itself: still the tuned configuration
+    assert capsys.readouterr().err == ""
+    other = tuned % 7 + 1
+    for _ in range(2):
+        decoders = C.validate(compose([*base, f"decoder.speculative_tuned.gamma={other}"])).decoder
+    # Before: the rows kept the name speculative_tuned with no warning
+    assert list(decoders) == ["vanilla", "speculative_tuned*"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: decoder speculative_tuned: gamma={other} (tuned: {tuned}) overrides its tuned setting "
+                   "(conf/decoder/tuned/speculative_tuned.yaml), so its rows are labelled speculative_tuned*: not the "
+                   "tuned configuration"]
+    notes = C.tuning_mismatches(OmegaConf.to_container(decoders), "float32", "none")
+    assert any(n.startswith("decoder speculative_tuned: gamma=") for n in notes)

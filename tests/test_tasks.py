@@ -173,13 +173,13 @@ def test_mbpp_postprocess_and_score(mbpp_file, tokenizer):
     s11, s12 = list(task.samples())
     good = "def double(x):\n    return x + x\n[DONE]\n\nYou are an expert"
     assert task.postprocess(s11, good, False) == "def double(x):\n    return x + x\n"
-    assert task.score(s11, good, False) == {"pass@1": 1.0}
-    assert task.score(s11, "def double(x):\n    return x\n[DONE]", False) == {"pass@1": 0.0}
-    assert task.score(s12, "class Box:\n  v = 7\n[DONE]", False) == {"pass@1": 1.0}  # setup runs after the code
-    assert task.score(s12, "class Box:\n  v = 6\n[DONE]", False) == {"pass@1": 0.0}
+    assert task.score(s11, good, False)["pass@1"] == 1.0
+    assert task.score(s11, "def double(x):\n    return x\n[DONE]", False)["pass@1"] == 0.0
+    assert task.score(s12, "class Box:\n  v = 7\n[DONE]", False)["pass@1"] == 1.0  # setup runs after the code
+    assert task.score(s12, "class Box:\n  v = 6\n[DONE]", False)["pass@1"] == 0.0
     reply = "Here you go:\n```python\ndef double(x):\n    return 2 * x\n```\n[DONE]"
     assert task.postprocess(s11, reply, True) == "def double(x):\n    return 2 * x\n"
-    assert task.score(s11, reply, True) == {"pass@1": 1.0}
+    assert task.score(s11, reply, True)["pass@1"] == 1.0
     assert MBPP(data_path=str(mbpp_file)).score(s11, good, False) == {}  # execution is opt-in
 
 
@@ -222,7 +222,7 @@ def test_run_program_kills_children_on_timeout(tmp_path):
                f"subprocess.Popen([sys.executable, '-c', {_sleeper(pid_file)!r}])\n"
                "while True:\n    pass\n")
     t0 = time.perf_counter()
-    assert run_program(program, timeout_s=2.0, allow_processes=True).status == "timeout"
+    assert run_program(program, timeout_s=2.0, allow_processes=True, isolation="none").status == "timeout"
     assert time.perf_counter() - t0 < 2.0 + 2.5
     assert not _alive(int(pid_file.read_text()))
 
@@ -256,7 +256,7 @@ def test_program_killing_its_parent_does_not_kill_the_harness(allow_processes):
     and when processes are allowed the parent is the supervisor, not the harness: the run goes on and the
     sample is an error."""
     program = "import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(30)\n"
-    kwargs = {"timeout_s": 5.0, **({"allow_processes": True} if allow_processes else {})}
+    kwargs = {"timeout_s": 5.0, "isolation": "none", **({"allow_processes": True} if allow_processes else {})}
     t0 = time.perf_counter()
     out = _harness_subprocess(program, **kwargs)
     assert out.returncode == 0, f"the harness died (exit {out.returncode}): {out.stderr[-2000:]}"
@@ -321,7 +321,7 @@ def test_detached_child_holding_the_pipes_does_not_stall_the_sample(tail, status
                "import time\nwhile not __import__('os').path.exists(" + repr(str(pid_file)) + "):\n    time.sleep(0.01)\n"
                + tail)
     t0 = time.perf_counter()
-    result = run_program(program, timeout_s=3.0, allow_processes=True)
+    result = run_program(program, timeout_s=3.0, allow_processes=True, isolation="none")
     duration = time.perf_counter() - t0
     assert result.status == status, result.detail
     assert duration < 3.0 + 2.0
@@ -336,7 +336,7 @@ def test_same_group_child_holding_stdout_does_not_turn_a_pass_into_timeout(tmp_p
                f"while not os.path.exists({str(pid_file)!r}):\n    time.sleep(0.01)\n"
                "assert sum([1, 2]) == 3\n")
     t0 = time.perf_counter()
-    result = run_program(program, timeout_s=10.0, allow_processes=True)
+    result = run_program(program, timeout_s=10.0, allow_processes=True, isolation="none")
     assert result.status == "passed", result.detail
     assert time.perf_counter() - t0 < 5.0
     assert not _alive(int(pid_file.read_text()))
@@ -802,4 +802,5 @@ def test_every_task_declares_its_quality_columns(mbpp_file, gsm8k_file, mt_file,
         task = cls(data_path=str(path), **({"allow_code_execution": True} if cls is MBPP else {}))
         assert tuple(task.quality_columns) == expected[cls]
         sample = next(task.samples())
-        assert set(task.score(sample, "def f():\n    pass\n[DONE] The answer is 5.", False)) == set(expected[cls])
+        extra = {"code_isolation"} if cls is MBPP else set()  # executed code says how it was isolated
+        assert set(task.score(sample, "def f():\n    pass\n[DONE] The answer is 5.", False)) == {*expected[cls], *extra}
