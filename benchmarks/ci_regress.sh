@@ -6,7 +6,7 @@
 #   benchmarks/ci_regress.sh --update     # BASELINE_RUNS (default 3) runs -> rewrite that baseline; commit it
 #                                         # with the change that legitimately moved it. Run it on the CI
 #                                         # machine class, on a QUIET machine (the gate refuses to write a
-#                                         # baseline from mostly contended timings; ~3.5 min)
+#                                         # baseline from mostly contended timings; ~4-8 min)
 #   benchmarks/ci_regress.sh --k 4        # any other argument goes to python -m harness.regress
 #
 # The run: HumanEval's first 3 prompts, 48 new tokens, float32, REPEATS (default 70) timed repeats of every

@@ -155,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.keep or tempfile.mkdtemp(prefix="gate_under_load."))
     baseline = json.loads((ROOT / "benchmarks" / "baselines" / "tiny_random.json").read_text())
     replicates = min(c["replicates"] for c in baseline["cells"].values())
-    if replicates < 3 * repeats and not args.quick:
+    if replicates < 0.9 * 3 * repeats and not args.quick:  # a few pairs left out for contention are expected
         print(f"warning: the baseline holds {replicates} timings per prompt, not 3 runs x {repeats}: its noise "
               f"widens every margin. Write it on this machine, quietly, first: bash benchmarks/ci_regress.sh "
-              f"--update (~3.5 min)", flush=True)
+              f"--update (~4-8 min)", flush=True)
     est = estimate_s(repeats, burners, n_slow)
     print(f"gate_under_load: {len(burners)} unchanged runs beside {burners} CPU-bound processes, {n_slow} quiet "
           f"run(s) with {args.decoder} {args.factor:g}x slower; {repeats} repeats per cell; {os.cpu_count()} cores; "
