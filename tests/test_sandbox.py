@@ -33,6 +33,7 @@ import pytest
 
 from tasks import sandbox
 from tests.hostile_programs import FIRST_SET, SECOND_SET, THIRD_SET
+from tests.procs import alive as _alive
 
 PROJECT = Path(__file__).resolve().parents[1]
 ROOT = Path(os.environ.get("SPECDEC_SANDBOX_SUITE_ROOT", PROJECT))
@@ -154,13 +155,6 @@ def _fill(template: str, arena: Path, pid: int, port: int) -> str:
             .replace("EXISTING", repr(str(arena / "keep.txt"))).replace("SENTINEL_PID", str(pid))
             .replace("PORT", str(port)).replace("SECRET_VAR", repr(SECRET_VAR)))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _check_contained(name: str, program: str, user: str, arena: Path, listener, tmp_path: Path,

@@ -28,6 +28,7 @@ from tasks.gsm8k import COT_EXEMPLARS, GSM8K, extract_answer, gold_answer, numbe
 from tasks.mbpp import MBPP
 from tasks.mt_bench import MTBench
 from tasks.spec_bench import SpecBench
+from tests.procs import alive as _alive
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPECDEC_DATA_DIR") or PROJECT.parent / "shared" / "data")
@@ -231,14 +232,6 @@ def _sleeper(pid_file: Path) -> str:
     """Python code for a child process that writes its pid to ``pid_file`` and sleeps for a minute."""
     return f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
 
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _harness_subprocess(program: str, **kwargs) -> subprocess.CompletedProcess:
