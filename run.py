@@ -1,5 +1,5 @@
 """Entry point: ``python run.py [overrides]`` (Hydra). Composes the config, loads the models once,
-builds the task and the decoders, runs them through :class:`harness.runner.Runner`, prints the summary.
+builds the task and the decoders, runs them through :class:`harness.job.runner.Runner`, prints the summary.
 
 Examples:
     python run.py                                          # main job: Qwen2.5-Coder pair, HumanEval[:5]
@@ -8,9 +8,9 @@ Examples:
     python run.py list [decoder ...]                       # configs with one-line descriptions
     python run.py list decoder=speculative                 # a config's settings: value, default, bound, meaning
 
-A config that cannot run (an unknown name or key, a value out of bounds; :mod:`harness.config`) is refused
+A config that cannot run (an unknown name or key, a value out of bounds; :mod:`harness.config.compose`) is refused
 before anything runs: one ``error: ...`` line per problem on stderr, exit status 2. So is a run (or sweep) folder
-that another process is writing (:mod:`harness.runlock`; its lock is taken before Hydra writes into the folder)
+that another process is writing (:mod:`harness.job.runlock`; its lock is taken before Hydra writes into the folder)
 or that cannot be made, and a full disk or file-size limit while writing rows (the rows written are kept, the
 line gives the command that resumes).
 """
@@ -25,13 +25,13 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from harness.precheck import ConfigError, Folder, list_configs, precheck
-from harness.rundir import (SweepSnapshot, pin, remember, remembered, snapshot, sweep_snapshot, tidy, undo,
+from harness.config.precheck import ConfigError, Folder, list_configs, precheck
+from harness.job.rundir import (SweepSnapshot, pin, remember, remembered, snapshot, sweep_snapshot, tidy, undo,
                             undo_refused)
-from harness.runlock import FolderBusyError, acquire
+from harness.job.runlock import FolderBusyError, acquire
 
 #: When this process started, and the lock of the run's (or sweep's) folder, taken before Hydra writes into it;
-#: the folder's state from before is recorded in harness.rundir: a job refused for a reason only it can see
+#: the folder's state from before is recorded in harness.job.rundir: a job refused for a reason only it can see
 #: leaves the folder as it found it.
 STARTED = time.time()
 LOCK = None
@@ -54,7 +54,7 @@ def refuse(error: ConfigError) -> None:
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    from harness.app import main_job  # torch and transformers: only once the command line passed precheck
+    from harness.job.app import main_job  # torch and transformers: only once the command line passed precheck
 
     job = HydraConfig.get()
     try:
@@ -75,7 +75,7 @@ def main(cfg: DictConfig) -> float | None:
 
 def hold(folder: Folder) -> None:
     """Before Hydra writes: pin the folder (a default named by the time would be named anew by Hydra), record
-    its state (:mod:`harness.rundir`) and take its lock (:mod:`harness.runlock`); refuse in one line when another
+    its state (:mod:`harness.job.rundir`) and take its lock (:mod:`harness.job.runlock`); refuse in one line when another
     process holds it or it cannot be made."""
     global LOCK
     key = "hydra.sweep.dir" if folder.multirun else "hydra.run.dir"

@@ -9,7 +9,7 @@ same model cache fetched and converted nothing.
 ``run``: every decoder has at least one row with status ``ok``, every ``ok`` row has ``matches_vanilla``
 filled (true or false, not null), and ``summary.csv`` / ``summary.md`` exist with a row per decoder.
 ``cached``: the second run's log has no line matching ``fetching|converting`` (case-insensitive), has the
-``using cached converted model`` line of :mod:`harness.models`, and no file under the cache was created,
+``using cached converted model`` line of :mod:`harness.job.models`, and no file under the cache was created,
 removed or modified since ``snapshot`` (sizes and modification times).
 
 Exit status 0 when every check holds, 1 otherwise (each failed check printed on its own line).
@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from any folder
 
-#: Log lines that mean the models were fetched or converted (harness/models.py).
+#: Log lines that mean the models were fetched or converted (harness/job/models.py).
 FETCH_OR_CONVERT = re.compile(r"fetching|converting", re.IGNORECASE)
-#: Log line that means a converted model was loaded from the cache (harness/models.py).
+#: Log line that means a converted model was loaded from the cache (harness/job/models.py).
 CACHED = re.compile(r"using cached converted model", re.IGNORECASE)
 
 
@@ -36,7 +36,7 @@ def check_run(run_dir: Path, decoders: list[str]) -> list[str]:
     """Problems with a run folder's rows and summary (empty when fine)."""
     import pandas as pd
 
-    from harness.results import read_results
+    from harness.rows.results import read_results
 
     problems = []
     if not (run_dir / "results.jsonl").exists():

@@ -39,7 +39,7 @@ SEEDS = (0, 1, 2)
 def _models():
     from conftest import PROMPTS, TINY, make_noisy_draft
     from decoders.common.stopping import collect_eos_token_ids
-    from harness.models import build_byte_tokenizer, build_tiny_random
+    from harness.job.models import build_byte_tokenizer, build_tiny_random
 
     tok = build_byte_tokenizer()
     target = build_tiny_random(TINY, seed=0, vocab_size=len(tok))
@@ -60,8 +60,8 @@ def _result(res) -> dict:
 def fingerprint() -> dict:
     from decoders.common.sampling import SamplingConfig
     from harness.api import build_decoder
-    from harness.precheck import available, decoder_key
-    from harness.models import ModelPair
+    from harness.config.precheck import available, decoder_key
+    from harness.job.models import ModelPair
 
     torch.set_num_threads(1)
     tok, target, draft, eos, prompts = _models()

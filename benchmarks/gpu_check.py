@@ -12,9 +12,9 @@
   divergent token index (batched and one-token forwards round differently in half precision).
 * ``timing``: a randomly initialised target of the real target's shape (``qwen2.5-1.5b``: Qwen2.5(-Coder) 1.5B;
   or ``tiny`` for a dry run), bfloat16 on CUDA, EOS ignored, one config per decoder family (:data:`TIMED`, their
-  defaults). Per decoder: tokens/s over timed decodes (synchronized :class:`harness.timing.Stopwatch`, warm-up
+  defaults). Per decoder: tokens/s over timed decodes (synchronized :class:`harness.job.timing.Stopwatch`, warm-up
   excluded, order rotated), speedup over vanilla, accept length, and host overhead per step
-  (:mod:`harness.overhead`). The draft is a copy of the target (self-draft: every model-drafted token accepted):
+  (:mod:`harness.job.overhead`). The draft is a copy of the target (self-draft: every model-drafted token accepted):
   the ceiling of acceptance, at a 1.5B draft's cost (the real pair's 0.5B draft would be cheaper and less often
   right). ``hf_greedy`` beside ``vanilla`` shows whether our plain loop is handicapped. Rows: ``timing.jsonl``.
 
@@ -63,7 +63,7 @@ def _write(out: Path, name: str, rows: list[dict]) -> None:
 def _build(name: str, target, draft, eos, tok):
     """The decoder of ``conf/decoder/<name>.yaml`` on these models, built as a run builds it."""
     from harness.api import build_decoder
-    from harness.models import ModelPair
+    from harness.job.models import ModelPair
 
     return build_decoder(name, ModelPair(target, draft, tok, "random", "random-draft", target.dtype, target.device),
                          eos_token_ids=eos)
@@ -88,8 +88,8 @@ def equality(args) -> int:
     from conftest import PROMPTS, TINY, make_noisy_draft
 
     from decoders.common.stopping import collect_eos_token_ids
-    from harness.precheck import available
-    from harness.models import build_byte_tokenizer, build_tiny_random
+    from harness.config.precheck import available
+    from harness.job.models import build_byte_tokenizer, build_tiny_random
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     tok = build_byte_tokenizer()
@@ -144,9 +144,9 @@ def _random_model(config: dict, dtype: torch.dtype, device: torch.device, seed: 
 
 
 def timing(args) -> int:
-    from harness.models import build_byte_tokenizer
-    from harness.overhead import ForwardTimer, profile, summarize
-    from harness.timing import Stopwatch
+    from harness.job.models import build_byte_tokenizer
+    from harness.job.overhead import ForwardTimer, profile, summarize
+    from harness.job.timing import Stopwatch
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)

@@ -1,7 +1,7 @@
 """Host overhead per decode step, per decoder config, on models whose forward is near-free; a CI gate on it.
 
 What a GPU user needs to know before trusting a speedup: the Python work each decoder does between model
-forwards (harness/overhead.py explains the measurement and the phases). Here every ``conf/decoder/*.yaml`` (a
+forwards (harness/job/overhead.py explains the measurement and the phases). Here every ``conf/decoder/*.yaml`` (a
 run's own construction path) decodes the same prompts on a tiny random float32 model pair, the draft a twin of
 the target (acceptance 1.0: every step carries a full draft, the worst case for per-token work), EOS ignored,
 one torch thread, decoders interleaved round by round. The table gives, per decode step: host milliseconds
@@ -66,19 +66,19 @@ def _prompts(tok, n: int, length: int, device: torch.device) -> list[torch.Tenso
 def _decoders(names: list[str], target, draft, tok) -> dict:
     """``{name: decoder}`` for each conf/decoder config in ``names``, built as a run builds them, EOS ignored."""
     from harness.api import build_decoder
-    from harness.models import ModelPair
+    from harness.job.models import ModelPair
 
     pair = ModelPair(target, draft, tok, "tiny-random", "tiny-random-twin", target.dtype, target.device)
-    from harness.precheck import decoder_key
+    from harness.config.precheck import decoder_key
 
     return {decoder_key(name): build_decoder(name, pair, eos_token_ids=frozenset()) for name in names}
 
 
 def measure(args) -> dict:
     """Profile every decoder; returns the JSON document (settings + one entry per decoder)."""
-    from harness.models import build_byte_tokenizer, build_tiny_random
-    from harness.overhead import ForwardTimer, profile, summarize
-    from harness.results import device_name
+    from harness.job.models import build_byte_tokenizer, build_tiny_random
+    from harness.job.overhead import ForwardTimer, profile, summarize
+    from harness.rows.results import device_name
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -113,7 +113,7 @@ def measure(args) -> dict:
 
 
 def table(doc: dict) -> str:
-    from harness.overhead import PHASES
+    from harness.job.overhead import PHASES
 
     s = doc["settings"]
     m = doc["machine"]
@@ -186,14 +186,14 @@ def _settings_diff(baseline: dict, current: dict) -> list[str]:
 
 def _names(args) -> list[str]:
     """The decoder configs to measure: ``--decoders``, default every one."""
-    from harness.precheck import available
+    from harness.config.precheck import available
 
     return args.decoders.split(",") if args.decoders else available("decoder")
 
 
 def _refusal(args) -> tuple[str | None, dict | None]:
     """``(one-line problem or None, the baseline document or None)``: every check that needs no measurement."""
-    from harness.precheck import available as configs
+    from harness.config.precheck import available as configs
 
     available, names = configs("decoder"), _names(args)
     unknown = sorted(set(names) - set(available))

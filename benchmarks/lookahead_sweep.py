@@ -1,7 +1,7 @@
 """Time vanilla vs prompt lookup vs lookahead decoding over a small (W, N, G) grid on HumanEval prompts.
 
 A development sweep (not a test, not the paper-style runner): it loads the configured model pair's
-target through :func:`harness.models.load_pair`, renders the first HumanEval problems the way the runner
+target through :func:`harness.job.models.load_pair`, renders the first HumanEval problems the way the runner
 does, and for each decoder reports tokens/s, speedup vs vanilla (ratio of total tokens / total time;
 also by process CPU time, which a busy shared machine inflates less than wall time),
 accept length (new tokens per target forward, prefill included), mean tokens fed per decode step and whether the output
@@ -31,8 +31,8 @@ from decoders.common.stopping import collect_eos_token_ids
 from decoders.lookahead import LookaheadDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.models import load_pair
-from harness.timing import Stopwatch
+from harness.job.models import load_pair
+from harness.job.timing import Stopwatch
 from tasks.humaneval import HumanEval
 
 log = logging.getLogger("lookahead_sweep")

@@ -1,7 +1,7 @@
 """Time vanilla vs draft-model speculative decoding vs Ouroboros settings on a few HumanEval prompts.
 
 A development probe (not a test, not the paper-style runner) used to pick the CPU defaults of
-``conf/decoder/ouroboros.yaml``: it loads the configured model pair (:func:`harness.models.load_pair`),
+``conf/decoder/ouroboros.yaml``: it loads the configured model pair (:func:`harness.job.models.load_pair`),
 renders the first HumanEval problems the way the runner does, interleaves the decoders per prompt (vanilla
 first) and reports tokens/s, speedup vs vanilla (ratio of total tokens / total time), accept length tau (new
 tokens per target forward, prefill included), draft forwards per target forward, tokens fed per draft and per
@@ -18,7 +18,7 @@ Each ``--ouro`` item is ``gamma,W,N,G,topk`` optionally followed by ``,key=value
 :class:`decoders.ouroboros.OuroborosDecoder` (e.g. ``6,4,4,4,3,free_draft_min_match=3,draft_vocab_size=32768``).
 ``--untimed`` prints only the counters (draft forwards per step, tokens per draft forward, accept length, target
 tokens fed per step, free / branch statistics): what a shared, noisy CPU can still measure. Timing goes
-through the runner's stopwatch (:class:`harness.timing.Stopwatch`), as in a real run.
+through the runner's stopwatch (:class:`harness.job.timing.Stopwatch`), as in a real run.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from decoders.common.stopping import collect_eos_token_ids
 from decoders.ouroboros import OuroborosDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.models import load_pair
-from harness.timing import Stopwatch
+from harness.job.models import load_pair
+from harness.job.timing import Stopwatch
 from tasks.humaneval import HumanEval
 
 log = logging.getLogger("ouroboros_probe")

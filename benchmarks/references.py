@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness import report  # noqa: E402
+from harness.report import build as report  # noqa: E402
 
 #: Files of a report compared by ``--check`` (figures are not: their bytes depend on the matplotlib build).
 TABLE_SUFFIXES = (".md", ".csv", ".tex")

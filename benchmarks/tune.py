@@ -7,7 +7,7 @@ Step 2 of the tuning protocol (docs/experiments.md, "Tuning protocol")::
     python benchmarks/tune.py results/tuning/tune_all results/tuning/tune_all_mbpp --combine task [--metric speedup]
     python run.py experiment=race_heldout_humaneval   # the held-out race runs tuned/<family>_tuned by name
 
-Rows are read with :func:`harness.report.load_rows` and aggregated by :func:`harness.metrics.aggregate` (the one
+Rows are read with :func:`harness.report.build.load_rows` and aggregated by :func:`harness.rows.metrics.aggregate` (the one
 aggregation module: paired speedup vs the same run's vanilla, its seeded 95 % bootstrap interval, accept length,
 equality with vanilla); nothing is re-computed here. Each decoder name of a tuning run is one grid point; its
 config (``_target_`` and hyper-parameters) is read from the run folder's ``meta.json`` and must equal the rows'
@@ -45,12 +45,12 @@ differs between runs; and runs that differ in
 
 What ``--combine`` admitted is stated in the written header, and every written config carries one
 machine-readable line, ``# tuned-on: {"dtype": ..., "device_name": ..., "cpu_isa": ..., "task": ...,
-"combined": [...]}`` (JSON; a list where the runs combined several values), which :func:`harness.config.tuned_on` reads back so
+"combined": [...]}`` (JSON; a list where the runs combined several values), which :func:`harness.config.compose.tuned_on` reads back so
 that a later run can check that it uses the config on the dtype and machine it was tuned on.
 
 Writes (unless ``--dry-run``) ``<conf-dir>/<family>_tuned.yaml``: a decoder config with the schema default line
 and a header naming the tuning runs, the split, the machine, the metric and its value; the file is then composed
-and validated with :func:`harness.config.compose`. The default ``<conf-dir>`` is ``conf/decoder/tuned/``, the
+and validated with :func:`harness.config.compose.compose`. The default ``<conf-dir>`` is ``conf/decoder/tuned/``, the
 generated configs' own folder beside the hand-written ones: selected as ``decoder=[vanilla,tuned/<family>_tuned]``,
 their rows and overrides keep the name ``<family>_tuned`` (``decoder.speculative_tuned.gamma=...``). An existing file with other contents is replaced only with
 ``--force``. Exit status: 0 every requested family written, 1 some family refused, 2 refused input.
@@ -74,10 +74,12 @@ if str(ROOT) not in sys.path:  # `python benchmarks/tune.py` from the repository
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from harness import columns, grouping, metrics  # noqa: E402
-from harness.config import TUNED_GROUP, TUNED_ON_PREFIX  # noqa: E402
-from harness.schemas import SCHEMAS, OptTreeConfig, OuroborosConfig  # noqa: E402
-from harness.report import load_rows  # noqa: E402
+from harness.rows import columns  # noqa: E402
+from harness.rows import grouping
+from harness.rows import metrics
+from harness.config.compose import TUNED_GROUP, TUNED_ON_PREFIX  # noqa: E402
+from harness.config.schemas import SCHEMAS, OptTreeConfig, OuroborosConfig  # noqa: E402
+from harness.report.build import load_rows  # noqa: E402
 from tasks.mbpp import SPLIT_IDS as MBPP_SPLIT_IDS  # noqa: E402
 
 #: ``_target_`` -> the families a point of that decoder class belongs to (``ouroboros`` only when paper-faithful).
@@ -104,7 +106,7 @@ PAPER_FAITHFUL = {
     "ouroboros": ({f.name: f.default for f in fields(OuroborosConfig)}, OUROBOROS_EXTENSIONS),
     "opt_tree": ({f.name: f.default for f in fields(OptTreeConfig)}, OPT_TREE_EXTENSIONS),
 }
-#: Config keys that are not hyper-parameters (harness.grouping.NON_PARAM_KEYS).
+#: Config keys that are not hyper-parameters (harness.rows.grouping.NON_PARAM_KEYS).
 META_KEYS = grouping.NON_PARAM_KEYS
 #: HumanEval problems of the dev split: 0-19. The held-out race starts at 20.
 HUMANEVAL_DEV = range(0, 20)
@@ -203,7 +205,7 @@ def schema_name(target: str) -> str:
     for name, schema in SCHEMAS["decoder"].items():
         if schema._target_ == target:
             return name
-    raise Refused(f"no decoder schema for {target} in harness/schemas.py")
+    raise Refused(f"no decoder schema for {target} in harness/config/schemas.py")
 
 
 def compact_ids(ids: Sequence[Any]) -> str:
@@ -314,7 +316,7 @@ class Choice:
 def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "speedup_total",
            families: Sequence[str] = FAMILIES, tie_tolerance: float = 0.005,
            errors: dict[tuple[str, str], int] | None = None, allow_half_divergence: bool = False) -> list[Choice]:
-    """The choice (or the refusal) per family from :func:`harness.metrics.aggregate`'s frame ``agg``;
+    """The choice (or the refusal) per family from :func:`harness.rows.metrics.aggregate`'s frame ``agg``;
     ``errors`` counts cells with status ``error`` per (task, decoder) (:func:`error_counts`). A point whose
     output differs from vanilla on some dev sample is not a candidate (half precision; listed in
     ``Choice.excluded``) unless ``allow_half_divergence``; in float32 it refuses its whole family (a bug).
@@ -373,7 +375,7 @@ def _dev_tasks(agg: pd.DataFrame, metric: str) -> tuple[list[str], dict[str, pd.
     """
     if metric not in agg:
         numeric = [c for c in agg.columns if c.endswith("_low") and c[:-4] in agg]
-        raise Refused(f"--metric {metric}: not a column of harness.metrics.aggregate; with intervals: "
+        raise Refused(f"--metric {metric}: not a column of harness.rows.metrics.aggregate; with intervals: "
                       f"{', '.join(c[:-4] for c in numeric)}")
     per_task = agg.groupby("task", sort=False)["group"].nunique()
     if (per_task > 1).any():
@@ -494,7 +496,7 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
         f"# dtype {one('dtype')}, max_new_tokens {one('max_new_tokens')}, model pair {first.get('model_pair')}, "
         f"commit {commit}.",
         f"# Machine: {machine}.",
-        f"# Criterion: the highest {metric} (harness.metrics.aggregate, paired with the same run's vanilla; "
+        f"# Criterion: the highest {metric} (harness.rows.metrics.aggregate, paired with the same run's vanilla; "
         "speedup_total = total tokens / total time ratio, speedup = mean of per-sample ratios), equality with "
         f"vanilla on every dev sample {'NOT required (--allow-half-divergence)' if allow_half_divergence else 'required'}",
         f"# Score {p.score:.3f} = the mean over dev tasks of {metric} [95% bootstrap interval]: {per}.",
@@ -516,13 +518,13 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
         header.append("# Other points: " + ", ".join(f"{q.name} {q.score:.3f}" for q in others) + ".")
     body = {k: p.node[k] for k in ("_target_", "_partial_", "uses_draft") if k in p.node}
     body.update(p.params)
-    defaults = (f"defaults:\n  - /decoder/{schema_name(p.node['_target_'])}@_here_   # schema: harness/schemas.py "
+    defaults = (f"defaults:\n  - /decoder/{schema_name(p.node['_target_'])}@_here_   # schema: harness/config/schemas.py "
                 "(unknown keys and bad values are refused)\n  - _self_\n")
     return "\n".join(header) + "\n" + defaults + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
 
 
 def validate_written(conf_dir: Path, name: str) -> None:
-    """Compose ``decoder=[vanilla,tuned/<name>]`` with the conf tree holding ``conf_dir`` (harness.config.compose:
+    """Compose ``decoder=[vanilla,tuned/<name>]`` with the conf tree holding ``conf_dir`` (harness.config.compose.compose:
     schema, types and bounds). Raises ConfigError. Skipped when ``conf_dir`` is not a conf tree's
     ``decoder/tuned`` folder."""
     root = conf_dir.parent.parent
@@ -530,7 +532,7 @@ def validate_written(conf_dir: Path, name: str) -> None:
         return
     from hydra.core.global_hydra import GlobalHydra
 
-    from harness.config import compose
+    from harness.config.compose import compose
 
     GlobalHydra.instance().clear()
     compose([f"decoder=[vanilla,{TUNED_GROUP}/{name}]"], config_dir=root.resolve())
@@ -550,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="tuning run or sweep folders (or results.jsonl files), one per dev task")
     parser.add_argument("--metric", default="speedup_total",
-                        help="column of harness.metrics.aggregate to maximise (default speedup_total: vanilla's total "
+                        help="column of harness.rows.metrics.aggregate to maximise (default speedup_total: vanilla's total "
                              "seconds per token over the point's, over the same samples; speedup = mean of ratios)")
     parser.add_argument("--allow-half-divergence", action="store_true",
                         help="admit points whose bf16/fp16 output differs from vanilla on some dev sample (said in "

@@ -3,12 +3,12 @@
 A decoder's or task's settings are a dataclass of :func:`setting` fields (``decoders/settings.py``, the task
 modules). Three readers share it and nothing else states a default or a bound:
 
-* the Hydra schema (:mod:`harness.config`) subclasses it, so YAMLs and overrides are typed and bounded;
+* the Hydra schema (:mod:`harness.config.compose`) subclasses it, so YAMLs and overrides are typed and bounded;
 * the constructor takes its defaults from it (``gamma: int = SpeculativeSettings.gamma``) and checks its
   arguments with :func:`check_args`;
 * ``python run.py list decoder=NAME`` prints it with :func:`rows`.
 
-Standard library only: :mod:`harness.precheck` reads it before torch is imported.
+Standard library only: :mod:`harness.config.precheck` reads it before torch is imported.
 
 Example::
 

@@ -196,7 +196,7 @@ class HFAssistedDecoder(_TransformersGenerate):
         super().__init__(target_model, eos_token_ids, sampling)
         self.draft_model = draft_model
         # transformers decides "same tokenizer" by config.vocab_size; padded sizes may differ although the
-        # tokenizer is shared (checked by harness.models), and then it insists on both tokenizers
+        # tokenizer is shared (checked by harness.job.models), and then it insists on both tokenizers
         # (universal assisted decoding, which re-tokenizes text between the models).
         self._generate_kwargs: dict[str, Any] = {"assistant_model": draft_model}
         if target_model.config.get_text_config().vocab_size != draft_model.config.get_text_config().vocab_size:

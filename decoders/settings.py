@@ -1,7 +1,7 @@
 """Every decoder's settings, declared once: default, bound and meaning (:mod:`declare`).
 
 The constructors take their defaults from these classes and check their arguments against them
-(:func:`declare.check_args`); :mod:`harness.config` builds each decoder's Hydra schema on them; ``python run.py
+(:func:`declare.check_args`); :mod:`harness.config.compose` builds each decoder's Hydra schema on them; ``python run.py
 list decoder=NAME`` prints them. Torch-free, so the command line is checked before torch is imported.
 
 Adding a hyper-parameter: one field here, then the constructor argument ``name: type = <Class>.name``

@@ -132,9 +132,9 @@ class Stopwatch(Protocol):
 
     def mark(self, phase: str) -> None:
         """End a fine-grained host phase of a step (``"propose"``, ``"inputs"``, ``"forward"``, ``"rule"``,
-        ``"cache"``, ``"update"``, ``"bookkeeping"``: :data:`harness.overhead.PHASES`). The runner's stopwatch
+        ``"cache"``, ``"update"``, ``"bookkeeping"``: :data:`harness.job.overhead.PHASES`). The runner's stopwatch
         ignores marks (no clock read, no device sync: they cost a timed run nothing); the host-overhead
-        profiler (:class:`harness.overhead.PhaseProfiler`) charges the time since the previous mark to it."""
+        profiler (:class:`harness.job.overhead.PhaseProfiler`) charges the time since the previous mark to it."""
 
 
 class _NullStopwatch:
@@ -183,7 +183,7 @@ class Decoder(Protocol):
     shape ``(1, prompt_len >= 1)`` on the target model's device and returns a :class:`DecodeResult` whose
     ``token_ids`` equal vanilla greedy decoding's (exactly in float32). It calls ``stopwatch.first_token()``
     once, when the first new token is known (a draft model's prefill that a decoder runs after it is timed by
-    the runner and moved to the prefill side: :class:`harness.timing.Stopwatch`). Decoders that keep state
+    the runner and moved to the prefill side: :class:`harness.job.timing.Stopwatch`). Decoders that keep state
     across prompts (an n-gram pool) expose ``reset()`` and declare their ``pool_scope``.
 
     Sampling: a decoder that can sample declares ``supports_sampling = True``, takes ``sampling`` (a

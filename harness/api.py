@@ -22,11 +22,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from decoders.common.sampling import GREEDY, SamplingConfig
-from harness.app import CONF_DIR, supplied_arguments
-from harness.app import build_decoder as app_build_decoder
-from harness.config import ConfigError, compose
-from harness.precheck import available, check_choices, decoder_key
-from harness.models import ModelPair, load_pair
+from harness.job.app import CONF_DIR, supplied_arguments
+from harness.job.app import build_decoder as app_build_decoder
+from harness.config.compose import ConfigError, compose
+from harness.config.precheck import available, check_choices, decoder_key
+from harness.job.models import ModelPair, load_pair
 from tasks.base import encode_prompt
 
 
@@ -43,7 +43,7 @@ def _value(v: Any) -> str:
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The run config ``run.py`` would compose with these command-line ``overrides``, checked as ``run.py``
-    checks it (:func:`harness.config.compose`).
+    checks it (:func:`harness.config.compose.compose`).
 
     Raises:
         ConfigError: (a ``ValueError``) an unknown config name (``decoder=typo``: the valid choices and the

@@ -2,7 +2,7 @@
 a :class:`Style`, returning a matplotlib Figure, or None when the frame cannot support that figure (the reason
 is logged).
 
-The frames come from :mod:`harness.metrics` through the report (``python -m harness.report RUN --plots``,
+The frames come from :mod:`harness.rows.metrics` through the report (``python -m harness.report RUN --plots``,
 which calls :func:`draw_all`); this package imports nothing of the harness, the decoders or torch, and
 computes no statistic itself: it draws what it is given. :func:`save` writes PNG and PDF.
 
@@ -89,7 +89,7 @@ def speedup_by_task(agg: pd.DataFrame, subtitle: str = "", style: Style | None =
     """Speedup vs vanilla per configuration with its bootstrap CI, one panel per run group (vanilla omitted).
 
     Args:
-        agg: :func:`harness.metrics.aggregate` (``group, label, decoder, speedup, speedup_low/high``).
+        agg: :func:`harness.rows.metrics.aggregate` (``group, label, decoder, speedup, speedup_low/high``).
     """
     agg = agg[(agg["decoder"] != "vanilla") & agg["speedup"].notna()] if not agg.empty else agg
     if agg.empty:
@@ -116,7 +116,7 @@ def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_posi
     per run group.
 
     Args:
-        positions: :func:`harness.figdata.acceptance_per_position`.
+        positions: :func:`harness.report.figdata.acceptance_per_position`.
     """
     if positions.empty:
         log.info("acceptance_by_position skipped: no rows with per-step draft lists (accepted_per_step)")
@@ -231,8 +231,8 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
     per decoder and per value of the other swept parameters; run groups by line style.
 
     Args:
-        agg: :func:`harness.metrics.aggregate` (one column per hyper-parameter).
-        swept: decoder class -> its swept hyper-parameters (:func:`harness.grouping.swept_by_class`; rows
+        agg: :func:`harness.rows.metrics.aggregate` (one column per hyper-parameter).
+        swept: decoder class -> its swept hyper-parameters (:func:`harness.rows.grouping.swept_by_class`; rows
             without a ``decoder_class`` column: decoder name).
         param: the x axis; None = the swept parameter with the most values (ties: gamma, window_size,
             ngram_size, guess_set_size, then first seen).
@@ -309,7 +309,7 @@ def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | N
     one panel per run group.
 
     Args:
-        breakdown: :func:`harness.figdata.time_breakdown` (``group, label, prefill_ms, draft_ms, verify_ms,
+        breakdown: :func:`harness.report.figdata.time_breakdown` (``group, label, prefill_ms, draft_ms, verify_ms,
             decode_ms, other_ms``).
     """
     if breakdown.empty:
@@ -344,7 +344,7 @@ def warm_vs_cold(warm_cold: pd.DataFrame, subtitle: str = "", style: Style | Non
     (``pool_scope=sample``): speedup and accept length per configuration.
 
     Args:
-        warm_cold: :func:`harness.figdata.warm_cold` (``config`` = the configuration, ``label`` = cold/warm).
+        warm_cold: :func:`harness.report.figdata.warm_cold` (``config`` = the configuration, ``label`` = cold/warm).
     """
     if warm_cold.empty or warm_cold["label"].nunique() < 2:
         log.info("warm_vs_cold skipped: %s", "rows have no pool_scope column" if warm_cold.empty else
@@ -381,11 +381,11 @@ def warm_vs_cold(warm_cold: pd.DataFrame, subtitle: str = "", style: Style | Non
 
 
 def compare_speedups(cmp: pd.DataFrame, subtitle: str = "") -> Any:
-    """Two runs side by side (``harness.report --compare``): each configuration's speedup in run A and in run
+    """Two runs side by side (``harness.report.build --compare``): each configuration's speedup in run A and in run
     B (bars), on the samples both cover.
 
     Args:
-        cmp: :func:`harness.compare.compare_runs` (``label, speedup_a, speedup_b``).
+        cmp: :func:`harness.report.compare.compare_runs` (``label, speedup_a, speedup_b``).
     """
     cmp = cmp[cmp["label"] != "vanilla"] if "label" in cmp else cmp
     if cmp.empty or not {"speedup_a", "speedup_b"} & set(cmp.columns):
@@ -428,7 +428,7 @@ def draw_all(frames: Mapping[str, Any], out_dir: str | Path, only: Sequence[str]
 
     Args:
         frames: ``agg``, ``positions``, ``breakdown``, ``warm_cold`` (DataFrames) and ``swept`` (a dict), as
-            built by :func:`harness.report.figure_frames`.
+            built by :func:`harness.report.build.figure_frames`.
         only: figure names; None = all that the frames support.
         subtitle: the line under every title (model pair, dtype, hardware, task size).
 

@@ -30,7 +30,7 @@ class DataNotFoundError(FileNotFoundError):
 class TaskSettings:
     """The settings every task takes (declared once: :mod:`declare`). Each task adds its own in a subclass,
     next to its code; its constructor takes these defaults and checks its arguments with
-    :meth:`Task.take_settings`; :mod:`harness.schemas` builds the Hydra schema on them."""
+    :meth:`Task.take_settings`; :mod:`harness.config.schemas` builds the Hydra schema on them."""
 
     data_path: Optional[str] = setting(None, None, "the task's data file (null: data_dir / the default source)")
     limit: Optional[int] = setting(None, at_least(1), "problems run (null: all)")

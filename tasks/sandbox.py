@@ -52,7 +52,7 @@ NAMESPACE_FLAGS = ("--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
 #: Files and folders a program may create in its temp folder (the tmpfs's inodes).
 MAX_FILES = 4096
 #: The warning logged when a run executes code without OS isolation (summary.md and the report say it in the
-#: words of harness.columns.CODE_ISOLATION_TEXT).
+#: words of harness.rows.columns.CODE_ISOLATION_TEXT).
 UNISOLATED = "code executed without OS isolation (the Python guard only)"
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from decoders.common.stopping import collect_eos_token_ids
-import harness.config  # noqa: F401  registers the base_* schemas every conf/ YAML lists (tests compose conf/ directly)
-from harness.models import build_byte_tokenizer, build_tiny_random
+import harness.config.compose  # noqa: F401  registers the base_* schemas every conf/ YAML lists (tests compose conf/ directly)
+from harness.job.models import build_byte_tokenizer, build_tiny_random
 
 TINY = dict(
     model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

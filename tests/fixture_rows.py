@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from harness.results import ResultWriter
+from harness.rows.results import ResultWriter
 
 IDENTITY = {"model": "fixture", "target_model": "target-7b", "draft_model": "draft-1b", "dtype": "float32",
             "device": "cpu", "device_name": "test cpu", "git_commit": "abc123"}
@@ -148,12 +148,12 @@ def write_run(run_dir: str | Path, rows: Iterable[dict]) -> Path:
 
 
 def real_run(run_dir: str | Path, *overrides: str) -> Path:
-    """One real run through ``harness.app.main_job`` on the tiny random models (greedy float32, 2 samples, 8 new
+    """One real run through ``harness.job.app.main_job`` on the tiny random models (greedy float32, 2 samples, 8 new
     tokens, vanilla and speculative, no scoring unless ``overrides`` say otherwise): the rows exactly as the
     runner writes them. Returns ``run_dir``."""
     from hydra import compose, initialize_config_dir
 
-    from harness.app import main_job
+    from harness.job.app import main_job
 
     conf = Path(__file__).resolve().parent.parent / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):

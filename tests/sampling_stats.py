@@ -40,7 +40,7 @@ from scipy.stats import chisquare
 
 from decoders.common.sampling import SamplingConfig
 from decoders.common.verify import multi_candidate_tree_verify, residual_probs
-from harness.models import build_tiny_random
+from harness.job.models import build_tiny_random
 
 #: Family-wise false-alarm rate of one distribution test (a correct decoder fails this rarely).
 ALPHA = 1e-3

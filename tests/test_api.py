@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.precheck import available
+from harness.config.precheck import available
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_run_py_list_describes_every_config():
 def test_a_bad_override_is_one_clean_line(overrides, fragment):
     # Before: decoder=typo was a 54-line Hydra traceback (MissingConfigException) with advice for Hydra's search path
     from harness.api import compose_config
-    from harness.config import ConfigError
+    from harness.config.compose import ConfigError
 
     with pytest.raises(ConfigError) as e:
         compose_config(overrides)

@@ -1,4 +1,4 @@
-"""The rows schema (harness/columns.py) holds what the runner writes: every column of a real run's rows is
+"""The rows schema (harness/rows/columns.py) holds what the runner writes: every column of a real run's rows is
 declared, apart from the open-ended ones (each hyper-parameter, the task's quality columns, a decoder's own
 statistics); and every summary column is declared, so the summary's legend can explain it."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 from fixture_rows import real_run
-from harness import columns, metrics
-from harness.results import read_results
+from harness.rows import columns
+from harness.rows import metrics
+from harness.rows.results import read_results
 
 
 def test_every_row_column_is_declared(tmp_path):

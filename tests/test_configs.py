@@ -1,5 +1,5 @@
 """Config integrity: every config composes and instantiates; every group has a typed schema
-(harness/schemas.py, checked by harness/config.py) that refuses unknown keys with the valid names and values out of bounds with their range,
+(harness/config/schemas.py, checked by harness/config/compose.py) that refuses unknown keys with the valid names and values out of bounds with their range,
 before any task data is read or any model is fetched or loaded; schemas and constructors cannot drift."""
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import OmegaConf
 
-import harness.app
-import harness.precheck
-import harness.model_cache
-import harness.models
-from harness import config as C
-from harness import schemas as S
-from harness.app import build_decoder, main_job
-from harness.precheck import check_choices, precheck
-from harness.config import ConfigError, compose
+import harness.job.app
+import harness.config.precheck
+import harness.job.model_cache
+import harness.job.models
+from harness.config import compose as C
+from harness.config import schemas as S
+from harness.job.app import build_decoder, main_job
+from harness.config.precheck import check_choices, precheck
+from harness.config.compose import ConfigError, compose
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -37,7 +37,7 @@ TINY = ["model=tiny-random", "task.limit=1", "runner.max_new_tokens=4", "runner.
 def _names(group):
     """The configs of a group as they are selected: ``speculative``, and for decoders also the generated
     ``tuned/speculative_tuned``."""
-    return harness.precheck.available(group)
+    return harness.config.precheck.available(group)
 
 
 def _key(name):
@@ -53,7 +53,7 @@ def _yaml(group, name):
 def test_main_job_config():
     cfg = compose([])
     assert cfg.model.name == "qwen2.5-coder-1.5b"
-    assert cfg.model.dtype == "auto"      # bfloat16 where computed natively, else float32 (harness.models.resolve_dtype)
+    assert cfg.model.dtype == "auto"      # bfloat16 where computed natively, else float32 (harness.job.models.resolve_dtype)
     assert cfg.task.name == "humaneval" and cfg.task.limit == 5
     assert cfg.runner.max_new_tokens == 128
     assert list(cfg.decoder) == ["vanilla", "speculative", "hf_assisted"]
@@ -135,7 +135,7 @@ def test_task_schema_fields_equal_constructor_parameters(schema):
 
 
 def test_run_settings_are_the_runner_schema_declared_once():
-    from harness.settings import RunSettings
+    from harness.job.run_settings import RunSettings
 
     assert issubclass(RunSettings, S.RunnerConfig)   # the same declaration, not a mirror
     assert {f.name for f in dataclasses.fields(RunSettings)} - {f.name for f in dataclasses.fields(S.RunnerConfig)} \
@@ -147,7 +147,7 @@ def test_named_choices_match_the_code():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     assert set(S.ATTN_IMPLEMENTATIONS) == {"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()}
-    assert set(S.SOURCE_FIELDS) == set(S.MODEL_SOURCES) == set(harness.model_cache.SOURCES)
+    assert set(S.SOURCE_FIELDS) == set(S.MODEL_SOURCES) == set(harness.job.model_cache.SOURCES)
     spec_fields = {f.name for f in dataclasses.fields(S.ModelSpec)} - {"name", "source"}
     assert spec_fields == {k for req, opt in S.SOURCE_FIELDS.values() for k in (*req, *opt)}
 
@@ -370,10 +370,10 @@ def nothing_may_load(monkeypatch):
             raise AssertionError(f"{what} happened before the config was refused")
         return fail
 
-    monkeypatch.setattr(harness.app, "load_pair", boom("load_pair"))
-    monkeypatch.setattr(harness.models, "load_pair", boom("load_pair"))
-    monkeypatch.setattr(harness.models, "materialize", boom("materialize (fetch/convert)"))
-    monkeypatch.setattr(harness.models, "load_model", boom("load_model"))
+    monkeypatch.setattr(harness.job.app, "load_pair", boom("load_pair"))
+    monkeypatch.setattr(harness.job.models, "load_pair", boom("load_pair"))
+    monkeypatch.setattr(harness.job.models, "materialize", boom("materialize (fetch/convert)"))
+    monkeypatch.setattr(harness.job.models, "load_model", boom("load_model"))
     import tasks.humaneval
 
     monkeypatch.setattr(tasks.humaneval, "read_jsonl", boom("reading HumanEval data"))
@@ -419,7 +419,7 @@ def test_precheck_passes_valid_sweeps_and_experiments(nothing_may_load, tmp_path
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))   # presets that read ../shared/data, wherever the clone is
     precheck(["-m", "model=tiny-random", "decoder=[vanilla,speculative]", "decoder.speculative.gamma=1,2,4"])
     for name in _names("experiment"):
-        if harness.precheck.missing_decoder_configs(name):  # held-out races before tuning: tests/test_experiments.py
+        if harness.config.precheck.missing_decoder_configs(name):  # held-out races before tuning: tests/test_experiments.py
             continue
         precheck([f"experiment={name}"])
 

@@ -1,5 +1,5 @@
-"""Every cell accounted for in the tables (harness/coverage.py through harness.metrics and
-harness.report): tests on fixture rows with known answers for hidden coverage, pooled unpaired rows,
+"""Every cell accounted for in the tables (harness/rows/cells.py through harness.rows.metrics and
+harness.report.build): tests on fixture rows with known answers for hidden coverage, pooled unpaired rows,
 duplicates counted twice and comparisons over different samples."""
 
 from __future__ import annotations
@@ -9,8 +9,14 @@ import pandas as pd
 import pytest
 
 from fixture_rows import IDENTITY, fixture_rows, real_run, write_run
-from harness import compare, coverage, figdata, grouping, metrics, report, tables
-from harness.results import read_results
+from harness.report import compare
+from harness.rows import cells as coverage
+from harness.report import figdata
+from harness.rows import grouping
+from harness.rows import metrics
+from harness.report import build as report
+from harness.report import tables
+from harness.rows.results import read_results
 
 #: Columns a row keeps when its cell did not run (what the runner writes for a skip or an error).
 KEPT = {"run_id", "attempt_id", *IDENTITY, "task", "task_version", "sample_id", "turn", "repeat", "decoder",
@@ -293,7 +299,7 @@ def test_a_decoder_missing_a_later_turn_is_warned_by_cell(tmp_path):
 def test_summary_md_and_the_report_print_the_same_samples(tmp_path):
     # Before: summary.md printed the ok samples (3) where the report printed the paired ones of the group
     # (1/3) for the same decoder.
-    from harness.summary import write_summary
+    from harness.report.summary import write_summary
 
     rows = fail(fixture_rows("same", tasks=["humaneval"], n=3), "vanilla", {1, 2})
     run = write_run(tmp_path / "run", rows)

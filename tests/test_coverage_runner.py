@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness.app
-from harness.config import ConfigError, tuned_on
+import harness.job.app
+from harness.config.compose import ConfigError, tuned_on
 from tests.fixture_rows import fixture_rows, write_run
 from tests.test_experiments import GRID, _tuning_runs, tune
 from tests.test_runner import _run, _rows
@@ -43,10 +43,10 @@ def _mt_file(path: Path) -> Path:
 def _fail_on(monkeypatch, decoder_cls, sample_id: str, turn: int) -> None:
     """``decoder_cls.generate`` raises on (``sample_id``, ``turn``): the runner builds every cell's row with
     ``_base_row`` right before calling the decoder, which tells the patched generate whose cell it is."""
-    import harness.runner
+    import harness.job.runner
 
     current: dict = {}
-    base_row = harness.runner.Runner._base_row
+    base_row = harness.job.runner.Runner._base_row
     generate = decoder_cls.generate
 
     def tracking(self, sample, index, name, t, *args, **kwargs):
@@ -58,7 +58,7 @@ def _fail_on(monkeypatch, decoder_cls, sample_id: str, turn: int) -> None:
             raise RuntimeError(f"boom on {sample_id} turn {turn}")
         return generate(self, *args, **kwargs)
 
-    monkeypatch.setattr(harness.runner.Runner, "_base_row", tracking)
+    monkeypatch.setattr(harness.job.runner.Runner, "_base_row", tracking)
     monkeypatch.setattr(decoder_cls, "generate", failing)
 
 
@@ -131,7 +131,7 @@ def test_a_shards_summary_says_what_it_covers(tmp_path):
     md = (tmp_path / "summary.md").read_text()
     assert "shard=0/2 (2 of 3 samples)" in md
     assert "shard 0/2 of the run: 2 of the 3 selected samples (sample_index % 2 == 0: HumanEval/0, HumanEval/2)" in md
-    assert "harness.report" in md
+    assert "harness.report.build" in md
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def no_models(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("models were loaded before the task's samples were checked")
 
-    monkeypatch.setattr(harness.app, "load_pair", refuse)
+    monkeypatch.setattr(harness.job.app, "load_pair", refuse)
 
 
 def test_an_empty_data_file_is_refused_before_any_model_loads(tmp_path, no_models):
@@ -279,8 +279,8 @@ def _answers(d: Path, method_line: str) -> Path:
 ])
 def test_spec_bench_import_refuses_bad_times_with_one_line(bad, message, tmp_path, capsys):
     # before: a missing wall_time was a KeyError traceback; a zero time dropped the question silently
-    from harness import report
-    from harness.specbench import import_answers
+    from harness.report import build as report
+    from harness.exchange.specbench import import_answers
 
     choice = {k: v for k, v in bad.items() if v is not None}
     line = _answer(2, "m-sps-float16-temp-0.0", **choice)
@@ -299,7 +299,7 @@ def test_spec_bench_import_refuses_bad_times_with_one_line(bad, message, tmp_pat
 
 
 def test_spec_bench_error_turns_import_as_failed_cells_whatever_their_time(tmp_path):
-    from harness.specbench import import_answers
+    from harness.exchange.specbench import import_answers
 
     d = _answers(tmp_path / "answers", _answer(2, "m-sps-float16-temp-0.0", text="ERROR", tokens=0, wall_time=[0.0]))
     rows = import_answers([d])
@@ -309,8 +309,8 @@ def test_spec_bench_error_turns_import_as_failed_cells_whatever_their_time(tmp_p
 
 def test_spec_bench_export_refuses_a_folder_holding_another_runs_answers(tmp_path):
     # before: exporting two runs into one folder silently mixed (or overwrote) them
-    from harness import report
-    from harness.specbench import export_answers, import_answers
+    from harness.report import build as report
+    from harness.exchange.specbench import export_answers, import_answers
 
     a = report.load_rows([write_run(tmp_path / "a", fixture_rows("a", tasks=["mt_bench"], n=2))])
     b = report.load_rows([write_run(tmp_path / "b", fixture_rows("b", tasks=["mt_bench"], n=2))])

@@ -16,10 +16,10 @@ from omegaconf import OmegaConf
 
 import decoders.settings as D
 from declare import at_least, between, check_args, one_of, rows, rule_text, setting
-from harness import schemas as S
-from harness import schemas as S
-from harness.config import ConfigError, compose
-from harness.precheck import list_configs
+from harness.config import schemas as S
+from harness.config import schemas as S
+from harness.config.compose import ConfigError, compose
+from harness.config.precheck import list_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,8 +148,8 @@ def test_a_boolean_setting_takes_only_true_or_false(overrides, line):
 
 
 def test_a_boolean_setting_of_an_inline_decoder_or_a_constructor_takes_only_true_or_false():
-    from harness.config import validate
-    from harness.settings import RunSettings
+    from harness.config.compose import validate
+    from harness.job.run_settings import RunSettings
 
     cfg = compose(["model=tiny-random", "decoder=[vanilla,opt_tree]"])
     plain = OmegaConf.to_container(cfg, resolve=True)
@@ -177,7 +177,7 @@ def test_temperature_is_zero_or_a_sensible_positive_number(value, line):
 
 
 def test_temperature_bounds_hold_for_the_runner_constructor_and_leave_usual_values_alone():
-    from harness.settings import RunSettings
+    from harness.job.run_settings import RunSettings
 
     with pytest.raises(ValueError, match=r"runner\.temperature=1e\+23: must be 0 or a number in"):
         RunSettings(temperature=1e23)
@@ -199,7 +199,7 @@ def test_opt_tree_threshold_is_bounded_by_what_a_layer_can_add():
 
 
 def test_an_overridden_tuned_setting_is_marked_in_the_name_and_warned_once(capsys):
-    from harness import config as C
+    from harness.config import compose as C
 
     getattr(C, "_WARNED", set()).clear()
     base = ["model=tiny-random", "decoder=[vanilla,tuned/speculative_tuned]"]

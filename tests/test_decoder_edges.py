@@ -20,9 +20,9 @@ from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.types import Decoder
 from decoders.vanilla import VanillaDecoder
-from harness.models import build_tiny_random
-from harness.rows import timed_generate
-from harness.timing import Stopwatch
+from harness.job.models import build_tiny_random
+from harness.job.cell import timed_generate
+from harness.job.timing import Stopwatch
 from tests.conftest import TINY
 
 MAX_NEW = 32

@@ -1,7 +1,7 @@
 """The experiment presets and the tuning step (benchmarks/tune.py).
 
 * Every ``conf/experiment`` preset composes with Hydra and passes the schema validation that ``run.py`` runs
-  before anything (``harness.precheck.precheck``: every sweep value of ``hydra.sweeper.params``), without loading a
+  before anything (``harness.config.precheck.precheck``: every sweep value of ``hydra.sweeper.params``), without loading a
   model or reading task data. The held-out races select ``*_tuned`` decoder configs that only the tuning step
   writes: they are checked against a copy of ``conf/`` holding configs written by ``tune.py`` itself.
 * ``tune.py``'s selection on synthetic tuning runs with known speedups: the best equal-to-vanilla point wins, a
@@ -22,11 +22,11 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-import harness.app
-import harness.precheck
-import harness.config
-from harness.precheck import check_choices, missing_decoder_configs, precheck
-from harness.config import ConfigError
+import harness.job.app
+import harness.config.precheck
+import harness.config.compose
+from harness.config.precheck import check_choices, missing_decoder_configs, precheck
+from harness.config.compose import ConfigError
 from tests.fixture_rows import _row, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,12 +49,12 @@ def nothing_may_load(monkeypatch):
     """Any model load or task data read fails the test."""
     def boom(*a, **k):
         raise AssertionError("a model or task data was loaded by a config check")
-    import harness.models
+    import harness.job.models
     import tasks.humaneval
     import tasks.mbpp
 
-    for mod, name in [(harness.app, "load_pair"), (harness.models, "load_pair"), (harness.models, "load_model"),
-                      (harness.models, "materialize"), (tasks.humaneval, "HumanEvalTask"), (tasks.mbpp, "MBPPTask")]:
+    for mod, name in [(harness.job.app, "load_pair"), (harness.job.models, "load_pair"), (harness.job.models, "load_model"),
+                      (harness.job.models, "materialize"), (tasks.humaneval, "HumanEvalTask"), (tasks.mbpp, "MBPPTask")]:
         if hasattr(mod, name):
             monkeypatch.setattr(mod, name, boom)
 
@@ -89,7 +89,7 @@ def test_tuning_presets_run_on_the_dev_split(name):
     assert params["runner.order"] == "rotate"
     # the protocol's one-sitting tuning run measures 128 tokens; the finer family sweeps the race's 256
     assert params["runner.max_new_tokens"] == (128 if name in TUNE_128 else 256)
-    cfg = harness.config.compose([f"experiment={name}"], return_hydra_config=True)
+    cfg = harness.config.compose.compose([f"experiment={name}"], return_hydra_config=True)
     assert OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"] == \
         "results/tuning/${hydra.runtime.choices.experiment}"                # one fixed folder: re-run = resume
     if "mbpp" in name:
@@ -109,7 +109,7 @@ def test_tuning_presets_run_on_the_dev_split(name):
 
 
 def test_hf_assisted_tuning_includes_threshold_off():
-    cfg = harness.config.compose(["experiment=tune_hf_assisted"])
+    cfg = harness.config.compose.compose(["experiment=tune_hf_assisted"])
     thresholds = {cfg.decoder[d].get("assistant_confidence_threshold") for d in cfg.decoder if d != "vanilla"}
     assert 0.0 in thresholds and 0.4 in thresholds and None in thresholds
 
@@ -125,10 +125,10 @@ def _conf_without_tuned(tmp_path):
 
 def _use_conf(conf, monkeypatch):
     """Point composition and the launch checks at the config tree ``conf`` (a copy of conf/)."""
-    monkeypatch.setattr(harness.precheck, "CONF_DIR", conf)
-    monkeypatch.setattr(harness.config, "CONF_DIR", conf)
-    monkeypatch.setattr(harness.config.compose, "__kwdefaults__",
-                        {**harness.config.compose.__kwdefaults__, "config_dir": conf})
+    monkeypatch.setattr(harness.config.precheck, "CONF_DIR", conf)
+    monkeypatch.setattr(harness.config.compose, "CONF_DIR", conf)
+    monkeypatch.setattr(harness.config.compose.compose, "__kwdefaults__",
+                        {**harness.config.compose.compose.__kwdefaults__, "config_dir": conf})
 
 
 def test_held_out_presets_refused_before_tuning_naming_the_missing_configs(tmp_path, monkeypatch, nothing_may_load):
@@ -163,14 +163,14 @@ def test_held_out_presets_validate_with_tuned_configs(name, task, offset, limit,
     assert (params["task.offset"], params["task.limit"], params["runner.repeats"]) == (offset, limit, repeats)
     assert params["runner.order"] == "rotate" and params["runner.max_new_tokens"] == 256
     GlobalHydra.instance().clear()
-    cfg = harness.config.compose([f"experiment={name}"], return_hydra_config=True)
+    cfg = harness.config.compose.compose([f"experiment={name}"], return_hydra_config=True)
     assert cfg.hydra.runtime.choices.task == task and cfg.model.dtype == "auto"
     decoders = list(cfg.decoder)
     assert decoders[0] == "vanilla"
     if name.startswith("sampled"):
         assert params["runner.temperature"] == 0.7
         GlobalHydra.instance().clear()
-        race = harness.config.compose(["experiment=race_heldout_humaneval"])
+        race = harness.config.compose.compose(["experiment=race_heldout_humaneval"])
         samplers = [d for d in race.decoder if getattr(get_class(race.decoder[d]._target_), "supports_sampling", False)]
         assert samplers == decoders          # every decoder of the race that can sample, and only those
     else:

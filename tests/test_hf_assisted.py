@@ -119,7 +119,7 @@ def test_sampling_with_padded_vocabularies_refused(target, tokenizer):
     universal speculative decoding, which fails for a shared tokenizer (and prunes the draft's LM head in
     place): refused at construction rather than crashing mid-run or altering the draft."""
     from decoders.common.sampling import SamplingConfig
-    from harness.models import build_tiny_random
+    from harness.job.models import build_tiny_random
     from conftest import TINY
 
     padded = build_tiny_random(dict(TINY, vocab_size=len(tokenizer) + 4), seed=1, vocab_size=len(tokenizer))

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.app import build_task
+from harness.job.app import build_task
 
-from harness.models import build_byte_tokenizer
+from harness.job.models import build_byte_tokenizer
 from tasks.humaneval import DataNotFoundError, HumanEval
 
 
@@ -187,14 +187,14 @@ def test_namespaces_are_required_unless_opted_out(monkeypatch, caplog):
 def _job(tmp_path, *overrides):
     from hydra import compose, initialize_config_dir
 
-    from harness.app import main_job
+    from harness.job.app import main_job
 
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             "model=tiny-random", "task.limit=1", "runner.max_new_tokens=4", "runner.warmup_tokens=2",
             "decoder=[vanilla]", "task.allow_code_execution=true", f"+output_dir={tmp_path}", *overrides])
     main_job(cfg)
-    from harness.report import write_report
+    from harness.report.build import write_report
 
     write_report([tmp_path], tmp_path / "report", plots=False)
     return (tmp_path / "summary.md").read_text(), (tmp_path / "report" / "report.md").read_text()
@@ -202,7 +202,7 @@ def _job(tmp_path, *overrides):
 
 @pytest.mark.parametrize("isolation", ["namespaces", "none"])
 def test_summary_and_report_say_how_code_ran(isolation, tmp_path):
-    from harness.columns import code_isolation_text
+    from harness.rows.columns import code_isolation_text
     from tasks import sandbox
 
     how = sandbox.probe()[0] if isolation == "namespaces" else None

@@ -1,5 +1,5 @@
 """Hydra launchers and experiment configs: a two-point multirun through submitit_local on the tiny random
-models ends with its report (harness.callbacks.ReportCallback, registered for every sweep); every conf/experiment/*.yaml composes as a
+models ends with its report (harness.job.callbacks.ReportCallback, registered for every sweep); every conf/experiment/*.yaml composes as a
 multirun with sweeper params and the report callback; the SLURM launcher preset composes."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from harness.app import CONF_DIR
+from harness.job.app import CONF_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
@@ -75,7 +75,7 @@ def test_experiment_composes_as_a_multirun_with_its_report(name):
         if "." in key and not key.startswith("+"):  # a swept value must land on an existing config key
             parent, _, leaf = key.rpartition(".")
             assert leaf in OmegaConf.select(cfg, parent), f"{key} is not a key of the composed config"
-    assert cfg.hydra.callbacks.report._target_ == "harness.callbacks.ReportCallback"
+    assert cfg.hydra.callbacks.report._target_ == "harness.job.callbacks.ReportCallback"
     instantiate(cfg.hydra.callbacks.report)
     assert "vanilla" in cfg.decoder  # every experiment keeps the reference
     # every interpolation of the job config resolves

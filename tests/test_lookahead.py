@@ -9,7 +9,7 @@ import torch
 
 from decoders.lookahead import LookaheadDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.models import build_tiny_random
+from harness.job.models import build_tiny_random
 
 MAX_NEW = 32
 # (W, N, G): N from 2 to 7, W != G, G = 1, G = 0, W = 1, and the paper's 7B setting (W = G = 15, N = 5).
@@ -204,7 +204,7 @@ def test_batch_and_length_errors(target, prompt_ids):
 
 def test_refuses_arguments_it_does_not_take(target):
     """No **kwargs: a draft model (or a misspelt option) is an error, not silently ignored; the app passes
-    only the runner-supplied arguments a constructor names (harness.app.build_decoder)."""
+    only the runner-supplied arguments a constructor names (harness.job.app.build_decoder)."""
     with pytest.raises(TypeError, match="draft_model"):
         LookaheadDecoder(target, draft_model=None, window_size=3, ngram_size=3, guess_set_size=2)
     with pytest.raises(TypeError, match="window"):

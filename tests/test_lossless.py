@@ -1,5 +1,5 @@
 """Losslessness by construction: every config file in ``conf/decoder/`` is built the way a run builds it
-(composed by Hydra as ``decoder=[<name>]``, then :func:`harness.app.build_decoder`: ``hydra.utils.instantiate``
+(composed by Hydra as ``decoder=[<name>]``, then :func:`harness.job.app.build_decoder`: ``hydra.utils.instantiate``
 on the config and the factory called with the models, EOS ids and tokenizer)
 and must reproduce vanilla greedy's whole sequence in float32 on the tiny random models.
 
@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 
 from conftest import PROMPTS
 from decoders.vanilla import VanillaDecoder
-from harness.app import CONF_DIR, build_decoder, decoder_configs
+from harness.job.app import CONF_DIR, build_decoder, decoder_configs
 
 CONFIGS = sorted((CONF_DIR / "decoder").rglob("*.yaml"))  # the hand-written and the generated (tuned/) ones
 #: Plain text, code, and repetitive prompts (which make pools and prompt lookup hit).

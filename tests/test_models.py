@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import model_cache, models
-from harness.model_cache import check_gguf
-from harness.models import (
+from harness.job import model_cache
+from harness.job import models
+from harness.job.model_cache import check_gguf
+from harness.job.models import (
     ModelLoadError, TokenizerMismatchError, build_byte_tokenizer, check_tokenizers_match, load_pair,
 )
 
@@ -110,7 +111,7 @@ def test_missing_local_folder_is_explained(tmp_path):
 
 
 def test_dtype_and_source_names_match_the_config_schema():
-    from harness.schemas import DTYPES, MODEL_SOURCES
+    from harness.config.schemas import DTYPES, MODEL_SOURCES
 
     assert set(DTYPES) == {"auto", *models._DTYPES}     # auto: resolved by models.resolve_dtype per device
     assert set(MODEL_SOURCES) == set(model_cache.SOURCES)
@@ -221,12 +222,12 @@ def _spec(kind: str, tiny_gguf, **extra) -> dict:
 
 
 # The child process: materialize a spec in a fresh interpreter, then stop dead at a chosen point (hooks are
-# module globals that both the old and the new harness/models.py call, so the test also ran on the old code).
+# module globals that both the old and the new harness/job/models.py call, so the test also ran on the old code).
 CHILD = r"""
 import json, os, shutil, sys, time
 from pathlib import Path
 sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from harness import model_cache
+from harness.job import model_cache
 from test_models import fake_pip
 spec, gguf_src, stage, flag = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 model_cache._pip_download = fake_pip(gguf_src, 3)
@@ -312,7 +313,7 @@ def test_fetch_killed_half_way_is_never_trusted(kind, tiny_gguf, tmp_path, monke
     assert not (cache / "gguf" / "tiny.gguf").exists(), "a half-written GGUF sits at the final path"
     assert not (cache / "models" / "tiny").exists()
     monkeypatch.setenv("SPECDEC_CACHE", str(cache))
-    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
     folder = model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 1}
     # keep_gguf is false: only the converted folder stays; the killed run's partial file and wheels are gone
@@ -334,7 +335,7 @@ def test_conversion_killed_half_way_is_rebuilt(tiny_gguf, tmp_path, monkeypatch,
     shutil.copytree(half[0], final)  # as a non-atomic copy or an older tool would leave it
     (final / "SOURCE.json").unlink(missing_ok=True)
     monkeypatch.setenv("SPECDEC_CACHE", str(cache))
-    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
     folder = model_cache.materialize(spec)
     assert counted["convert"] == 1
     assert f"discarding cached model {final}: no completion marker" in caplog.text
@@ -346,7 +347,7 @@ def test_conversion_killed_half_way_is_rebuilt(tiny_gguf, tmp_path, monkeypatch,
 def test_complete_cache_is_reused_without_fetch_or_conversion(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
     """What CI's second run asserts from the log: no 'fetching', no 'converting', one 'using cached' line."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
     spec = _spec("pypi_gguf", tiny_gguf)
     first = model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 1} and "converting tiny.gguf" in caplog.text
@@ -372,7 +373,7 @@ def test_damaged_cache_folder_is_discarded_and_rebuilt(damage, tiny_gguf, tmp_pa
         monkeypatch.setattr(model_cache, "check_gguf", lambda path, sha256: None)
     else:
         (folder / "SOURCE.json").write_text("{not json")
-    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
     model_cache.materialize(spec)
     assert counted == {"fetch": 2, "convert": 2}
     assert f"discarding cached model {folder}" in caplog.text
@@ -388,7 +389,7 @@ def test_legacy_folder_without_manifest_is_checked_not_rebuilt(tiny_gguf, tmp_pa
     folder = Path(model_cache.materialize(spec))
     (folder / "SOURCE.json").write_text(json.dumps({"gguf": "tiny.gguf", "sha256": tiny_gguf[1]}))
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
     model_cache.materialize(spec)
     assert counted["convert"] == 1 and "using cached converted model" in caplog.text
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
@@ -405,7 +406,7 @@ def test_keep_gguf_keeps_the_checked_gguf_and_reuses_it(tiny_gguf, tmp_path, mon
     kept = tmp_path / "gguf" / "tiny.gguf"
     assert kept.read_bytes() == tiny_gguf[0].read_bytes()
     shutil.rmtree(folder)
-    caplog.set_level(logging.INFO, logger="harness.model_cache")
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
     model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 2}
     assert f"using cached GGUF {kept} (checked, no fetch)" in caplog.text

@@ -13,7 +13,7 @@ from decoders.common.tree import chain_with_branches, prepend_chain, tree_attent
 from decoders.common.lookahead_step import LookaheadDrafter
 from decoders.ouroboros import OuroborosDecoder, recycle_verification
 from decoders.vanilla import VanillaDecoder
-from harness.models import build_tiny_random
+from harness.job.models import build_tiny_random
 
 MAX_NEW = 32
 REPETITIVE = (2, 3, 8, 11)  # indices of highly repetitive conftest prompts

@@ -1,4 +1,4 @@
-"""Host-overhead profiling (harness/overhead.py), its CI gate (benchmarks/host_overhead.py --check), and the
+"""Host-overhead profiling (harness/job/overhead.py), its CI gate (benchmarks/host_overhead.py --check), and the
 device refusals that come before any data or weights load."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 from decoders.speculative import SpeculativeDecoder
 from decoders.types import DecodeResult, StepRecord
 from decoders.vanilla import VanillaDecoder
-from harness.precheck import check_launcher
-from harness.config import ConfigError, compose
-from harness.models import fit_problem, weight_bytes
-from harness.overhead import PHASES, ForwardTimer, PhaseProfiler, profile, summarize
+from harness.config.precheck import check_launcher
+from harness.config.compose import ConfigError, compose
+from harness.job.models import fit_problem, weight_bytes
+from harness.job.overhead import PHASES, ForwardTimer, PhaseProfiler, profile, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import host_overhead  # noqa: E402
@@ -159,6 +159,6 @@ def test_weights_that_do_not_fit_are_refused_in_one_line():
 
 
 def harness_tiny(spec):
-    from harness.models import build_tiny_random
+    from harness.job.models import build_tiny_random
 
     return build_tiny_random(spec["config"], seed=0, vocab_size=260)

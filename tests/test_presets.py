@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import compose
+from harness.config.compose import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SPECDEC_DATA_DIR") or ROOT.parent / "shared" / "data")

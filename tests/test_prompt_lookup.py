@@ -104,7 +104,7 @@ def test_batch_and_length_errors(target, prompt_ids):
 
 def test_refuses_arguments_it_does_not_take(target):
     """No **kwargs: a draft model (or a misspelt option) is an error, not silently ignored; the app passes
-    only the runner-supplied arguments a constructor names (harness.app.build_decoder)."""
+    only the runner-supplied arguments a constructor names (harness.job.app.build_decoder)."""
     with pytest.raises(TypeError, match="draft_model"):
         PromptLookupDecoder(target, draft_model=None)
     with pytest.raises(TypeError, match="num_draft_token"):

@@ -1,4 +1,4 @@
-"""harness.regress: a gate that can fail. It passes an identical re-run and fails a 10 % slowdown of any single
+"""harness.regress.gate: a gate that can fail. It passes an identical re-run and fails a 10 % slowdown of any single
 decoder on the reference race rows, doctored counters, a new divergence and a missing cell; its speed margin
 comes from run-to-run noise (replicates), never from how samples differ; incomparable runs are refused.
 
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from fixture_rows import fixture_rows, real_run, write_run
-from harness import columns, regress
+from harness.rows import columns
+from harness.regress import gate as regress
 
 ROOT = Path(__file__).resolve().parent.parent
 RACE = ROOT / "results" / "reference" / "race20_cpu"
@@ -516,11 +517,11 @@ def speed_checks(out: str) -> list[str]:
 
 
 def test_contention_is_measured_per_call(monkeypatch):
-    # The runner's timed call records the CPU seconds and the run-queue wait of the process (harness.rows):
+    # The runner's timed call records the CPU seconds and the run-queue wait of the process (harness.job.cell):
     # a CPU-bound call uses about its wall time in CPU; readings that lack the wait say so (None), never 0.
-    from harness import timing
-    from harness.rows import contention_columns
-    from harness.timing import sched_clock
+    from harness.job import timing
+    from harness.job.cell import contention_columns
+    from harness.job.timing import sched_clock
 
     before = sched_clock()
     t0 = time.perf_counter()

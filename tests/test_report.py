@@ -1,4 +1,4 @@
-"""harness.metrics (the one aggregation), harness.report (tables, comparison) and plots (figures from frames):
+"""harness.rows.metrics (the one aggregation), harness.report.build (tables, comparison) and plots (figures from frames):
 known numbers from fixture rows, the reproducers of earlier bugs, and the layering; no torch."""
 
 from __future__ import annotations
@@ -17,8 +17,14 @@ import pandas as pd
 import pytest
 
 from fixture_rows import fixture_rows, real_run, write_run
-from harness import compare, figdata, grouping, metrics, report, stats, tables
-from harness.results import read_results
+from harness.report import compare
+from harness.report import figdata
+from harness.rows import grouping
+from harness.rows import metrics
+from harness.report import build as report
+from harness.rows import stats
+from harness.report import tables
+from harness.rows.results import read_results
 
 import plots
 
@@ -535,7 +541,7 @@ def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ Spec-Bench
 def test_spec_bench_round_trip(tmp_path):
-    from harness.specbench import export_answers, import_answers, spec_bench_speed
+    from harness.exchange.specbench import export_answers, import_answers, spec_bench_speed
 
     rows = fixture_rows("sb", tasks=["mt_bench"], n=4, turns=2, repeats=2, jitter=0.03, divergent=[2],
                         categories=["writing", "math"])
@@ -571,7 +577,7 @@ def test_spec_bench_round_trip(tmp_path):
 
 
 def test_spec_bench_foreign_answer_files_import(tmp_path):
-    from harness.specbench import import_answers
+    from harness.exchange.specbench import import_answers
 
     def answer(qid, mid, text, tokens, seconds, steps):
         return json.dumps({"question_id": qid, "category": "qa", "answer_id": "x", "model_id": mid, "tstamp": 0.0,
@@ -650,9 +656,9 @@ def test_report_and_plots_never_import_torch_decoders_or_tasks(sweep, tmp_path):
 import sys
 import plots
 assert not [m for m in sys.modules if m.split('.')[0] == 'harness'], 'plots imports the harness'
-from harness.report import write_report
-from harness.regress import summarize_cells
-import harness.callbacks, harness.specbench
+from harness.report.build import write_report
+from harness.regress.gate import summarize_cells
+import harness.job.callbacks, harness.exchange.specbench
 write_report([{str(sweep)!r}], {str(tmp_path / 'r')!r}, plots=True)
 summarize_cells([{str(sweep)!r}])
 bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'decoders', 'transformers', 'tasks'))
@@ -683,7 +689,7 @@ def test_layers_read_bottom_up():
     for layer in ("decoders", "tasks", "plots"):
         for path, names in _imports(ROOT / layer).items():
             assert not [n for n in names if n.split(".")[0] == "harness"], f"{path} imports the harness"
-    report_imports = _imports(ROOT / "harness")["harness/report.py"]
+    report_imports = _imports(ROOT / "harness")["harness/report/build.py"]
     assert "plots" in report_imports or any(n.startswith("plots") for n in report_imports) or \
         "import plots" in (ROOT / "harness" / "report.py").read_text()
     assert not (ROOT / "plots" / "make_all.py").exists()  # the figures are drawn by the report
@@ -692,11 +698,11 @@ def test_layers_read_bottom_up():
 def test_every_sweep_gets_the_report_callback():
     from hydra import compose, initialize_config_dir
 
-    from harness.app import CONF_DIR
+    from harness.job.app import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["model=tiny-random"], return_hydra_config=True)
-    assert cfg.hydra.callbacks.report._target_ == "harness.callbacks.ReportCallback"
+    assert cfg.hydra.callbacks.report._target_ == "harness.job.callbacks.ReportCallback"
 
 
 # ------------------------------------------------------------------------------------------------ merged pieces
@@ -709,9 +715,9 @@ def test_real_runner_rows_carry_what_metrics_reads(tmp_path, monkeypatch):
     # Reproducer: metrics read load_avg_1m_before/after and cpu_count while the runner writes load_1m_before/
     # after and cpu_affinity, so the report of a loaded run had no load warning and no load_max; the
     # summary's samples column did not say rows and repeats apart.
-    import harness.runner
+    import harness.job.runner
 
-    monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: (64.0, 8.0, 2.0))
+    monkeypatch.setattr(harness.job.runner.os, "getloadavg", lambda: (64.0, 8.0, 2.0))
     run = _runner(tmp_path / "run", "runner.repeats=2")
     summary = pd.read_csv(run / "summary.csv").set_index("label")
     spec = summary.loc["speculative"]
@@ -929,7 +935,7 @@ def test_shards_add_no_replicates(tmp_path):
 
 
 def test_spec_bench_export_of_sampled_seeds(tmp_path):
-    from harness.specbench import export_answers, import_answers
+    from harness.exchange.specbench import export_answers, import_answers
 
     for seed in (0, 1):
         write_run(tmp_path / "seeds" / str(seed), fixture_rows(f"r{seed}", tasks=["mt_bench"], n=2,

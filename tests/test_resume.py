@@ -3,7 +3,7 @@ kill mid-run loses only the cell in progress, a done vanilla cell stays the equa
 folder whose rows come from another configuration, data file, code version or package set is refused
 (never mixed) with the differing keys named.
 
-Runs the real app (``harness.app.main_job`` on a config composed with ``hydra.compose``) with the tiny
+Runs the real app (``harness.job.app.main_job`` on a config composed with ``hydra.compose``) with the tiny
 random models, 2 HumanEval prompts and 12 new tokens.
 """
 
@@ -19,14 +19,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from harness.config import ConfigError
+from harness.config.compose import ConfigError
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-import harness.results
-from harness.app import CONF_DIR, main_job
-from harness.resume import latest_rows, repair_trailing_newline
+import harness.rows.results
+from harness.job.app import CONF_DIR, main_job
+from harness.job.resume import latest_rows, repair_trailing_newline
 
 BASE = ["model=tiny-random", "task.limit=2", "runner.max_new_tokens=12", "runner.warmup=0", "runner.score=false",
         "decoder=[vanilla,speculative]"]
@@ -227,19 +227,19 @@ def test_changed_data_file_is_refused(tmp_path, capsys):
 
 
 def test_changed_code_version_is_refused(run, capsys, monkeypatch):
-    monkeypatch.setattr(harness.results, "git_commit",
+    monkeypatch.setattr(harness.rows.results, "git_commit",
                         lambda repo_dir: {"git_commit": "0" * 40, "git_dirty": False, "git_diff_sha256": None})
     err = refused(run, capsys)
     assert "code.git_commit" in err
 
 
 def test_changed_package_version_is_refused(run, capsys, monkeypatch):
-    real = harness.results.metadata
+    real = harness.rows.results.metadata
 
     def version(pkg):
         return "0.0.1" if pkg == "transformers" else real.version(pkg)
 
-    monkeypatch.setattr(harness.results, "metadata",
+    monkeypatch.setattr(harness.rows.results, "metadata",
                         SimpleNamespace(version=version, PackageNotFoundError=real.PackageNotFoundError))
     err = refused(run, capsys)
     assert "packages.transformers" in err and "-> 0.0.1" in err

@@ -1,5 +1,5 @@
-"""Every row validated where rows are read (harness.results.read_results against the rows schema,
-harness.columns.row_problem): hand-written hostile rows -- NaN, Infinity, negative speeds, non-object lines,
+"""Every row validated where rows are read (harness.rows.results.read_results against the rows schema,
+harness.rows.columns.row_problem): hand-written hostile rows -- NaN, Infinity, negative speeds, non-object lines,
 bad bytes, rows whose tokens/s contradicts their own counts, folders of failed rows -- never reach a table, a
 tau, a ratio or the gate, and each is named by file, line and reason."""
 
@@ -11,8 +11,11 @@ import math
 import pytest
 
 from fixture_rows import IDENTITY, fixture_rows, write_run
-from harness import columns, metrics, regress, report
-from harness.results import read_results
+from harness.rows import columns
+from harness.rows import metrics
+from harness.regress import gate as regress
+from harness.report import build as report
+from harness.rows.results import read_results
 
 #: Columns a row keeps when its cell did not run (as the runner writes an error row).
 KEPT = {"run_id", "attempt_id", *IDENTITY, "task", "task_version", "sample_id", "turn", "repeat", "decoder",
@@ -66,7 +69,7 @@ def test_the_schema_knows_types_and_ranges():
 
 def test_tokens_per_s_is_checked_against_new_tokens_over_wall_time():
     # the runner's tokens_per_s is new_tokens / wall_time_s of the whole generate call (prefill included;
-    # harness/rows.py cell_row), so a row whose figure contradicts its own counts was edited or mixed
+    # harness/job/cell.py cell_row), so a row whose figure contradicts its own counts was edited or mixed
     row = {"decoder": "vanilla", "sample_id": "s", "new_tokens": 28, "num_steps": 28, "wall_time_s": 1.0,
            "tokens_per_s": 28.0}
     assert columns.row_problem(row) is None
@@ -169,7 +172,7 @@ def test_compare_never_forms_a_ratio_from_an_invalid_row(tmp_path):
     # Before: --compare computed a tok/s ratio from a NaN/Infinity row.
     a = _run(tmp_path, "a")
     b = _run(tmp_path, "b", edit=lambda rows: _spec(rows, 0).update(tokens_per_s=math.nan, wall_time_s=math.inf))
-    from harness.compare import write_compare
+    from harness.report.compare import write_compare
 
     cmp, md = write_compare(a, b)
     _no_nan(md.split("|", 1)[1])

@@ -1,6 +1,6 @@
 """A run folder's record and its writer, through ``run.py`` in a subprocess with the tiny random models: a refused
 or superseded job leaves every file an earlier job wrote as it was (bytes and modification time), one process
-writes a folder at a time (harness.runlock), and an I/O failure or an interrupt is one line that says how to
+writes a folder at a time (harness.job.runlock), and an I/O failure or an interrupt is one line that says how to
 resume."""
 
 from __future__ import annotations
@@ -132,16 +132,16 @@ def test_a_second_writer_on_one_folder_is_refused_naming_the_first(tmp_path):
     assert still_running, "the first run ended before the second started; the test proves nothing"
     line = one_error_line(second)
     assert f"pid {first.pid}" in line and "being written by another process" in line
-    from harness.runlock import acquire
+    from harness.job.runlock import acquire
 
     with acquire(folder) as lock:  # the kernel released the killed holder's lock
         assert lock.held
 
 
 def test_a_dead_holder_leaves_no_lock_and_other_folders_are_free(tmp_path):
-    from harness.runlock import LOCK_NAME, FolderBusyError, acquire
+    from harness.job.runlock import LOCK_NAME, FolderBusyError, acquire
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from harness.runlock import acquire; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from harness.job.runlock import acquire; "
                                "acquire(sys.argv[1]); print('held', flush=True); time.sleep(300)",
                                str(tmp_path / "a")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -161,9 +161,9 @@ def test_a_dead_holder_leaves_no_lock_and_other_folders_are_free(tmp_path):
 def test_a_folder_inside_or_around_one_being_written_is_refused(tmp_path):
     # Before: a run into a sweep's job folder (or a sweep around a running run) took its own lock; the sweep's
     # job then overwrote the run's .hydra record and its undo removed the run's files
-    from harness.runlock import FolderBusyError, acquire
+    from harness.job.runlock import FolderBusyError, acquire
 
-    holders = [subprocess.Popen([sys.executable, "-c", "import sys, time; from harness.runlock import acquire; "
+    holders = [subprocess.Popen([sys.executable, "-c", "import sys, time; from harness.job.runlock import acquire; "
                                  "acquire(sys.argv[1]); print('held', flush=True); time.sleep(300)", str(folder)],
                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
                for folder in (tmp_path / "sweep", tmp_path / "other" / "job")]
@@ -186,7 +186,7 @@ def test_a_folder_inside_or_around_one_being_written_is_refused(tmp_path):
 
 def test_a_lock_file_planted_as_a_symlink_is_never_followed(tmp_path):
     # Before: as root the holder line truncated and overwrote the link's target
-    from harness.runlock import LOCK_NAME, acquire
+    from harness.job.runlock import LOCK_NAME, acquire
 
     victim = tmp_path / "victim.txt"
     victim.write_text("IMPORTANT")
@@ -277,7 +277,7 @@ def test_a_sweeps_resume_command_names_the_sweep_folder(monkeypatch, tmp_path):
     from hydra.types import RunMode
     from omegaconf import open_dict
 
-    from harness.app import CONF_DIR, resume_command
+    from harness.job.app import CONF_DIR, resume_command
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["model=tiny-random"], return_hydra_config=True)
@@ -298,7 +298,7 @@ def test_a_row_that_does_not_fit_on_the_disk_is_not_left_half_written(tmp_path, 
     # Before: the buffered write left the part that fitted as a torn last line
     import errno
 
-    from harness.results import ResultWriter
+    from harness.rows.results import ResultWriter
 
     writer = ResultWriter(tmp_path)
     writer.write({"a": 1})

@@ -1,4 +1,4 @@
-"""A refused job leaves its run folder as it found it (harness.rundir): Hydra's files put back or removed, a
+"""A refused job leaves its run folder as it found it (harness.job.rundir): Hydra's files put back or removed, a
 folder the job made removed, nothing of the user's or of a finished run ever touched."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from harness.rundir import HYDRA_FILES, snapshot, undo
+from harness.job.rundir import HYDRA_FILES, snapshot, undo
 
 
 def _hydra_writes(folder, text="new"):
@@ -112,7 +112,7 @@ def test_files_the_job_did_not_change_keep_their_times_and_changed_ones_get_thei
 def test_a_sweep_snapshot_puts_back_multirun_yaml_and_the_last_finished_jobs_record(tmp_path):
     # Before: a sweep's jobs had no snapshot: a refused job left multirun.yaml and a shared subdir's .hydra
     # describing itself
-    from harness import rundir
+    from harness.job import rundir
 
     sweep = tmp_path / "sweep"
     _hydra_writes(sweep / "0", "the finished sweep")

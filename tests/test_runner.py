@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.app import main_job
+from harness.job.app import main_job
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -167,10 +167,10 @@ def test_bad_runner_settings_are_refused(tmp_path):
 
 # --------------------------------------------------------------------------------------- machine load
 def test_machine_load_is_recorded_and_an_overloaded_run_warned(tmp_path, monkeypatch):
-    import harness.runner
+    import harness.job.runner
 
     loads = iter([(0.5, 0.4, 0.3)] + [(64.0, 8.0, 2.0)] * 100)
-    monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: next(loads))
+    monkeypatch.setattr(harness.job.runner.os, "getloadavg", lambda: next(loads))
     _run(tmp_path, "decoder=[vanilla,speculative]")
     rows = _rows(tmp_path)
     for r in rows:
@@ -185,11 +185,11 @@ def test_machine_load_is_recorded_and_an_overloaded_run_warned(tmp_path, monkeyp
 
 
 def test_quiet_machine_gives_no_load_warning(tmp_path, monkeypatch):
-    import harness.runner
-    from harness.results import cpu_affinity
+    import harness.job.runner
+    from harness.rows.results import cpu_affinity
 
     # the run's own threads load every usable core: that is not "other work"
-    monkeypatch.setattr(harness.runner.os, "getloadavg", lambda: (float(cpu_affinity()), 0.0, 0.0))
+    monkeypatch.setattr(harness.job.runner.os, "getloadavg", lambda: (float(cpu_affinity()), 0.0, 0.0))
     _run(tmp_path, "decoder=[vanilla]", "task.limit=1")
     md = (tmp_path / "summary.md").read_text()
     assert "machine load" not in md and "Settings:" not in md   # vanilla has no settings to name
@@ -253,7 +253,7 @@ def test_sigint_to_a_real_run_stops_cleanly(tmp_path):
 
 
 def test_reader_skips_a_torn_last_line_with_a_warning(tmp_path, caplog):
-    from harness.results import read_results
+    from harness.rows.results import read_results
 
     f = tmp_path / "results.jsonl"
     row = '{"a": %d, "decoder": "vanilla", "sample_id": "s", "status": "error"}\n'
@@ -295,17 +295,17 @@ def test_two_shards_together_equal_the_unsharded_run(tmp_path):
 
 
 def test_progress_bar_names_the_decoder(tmp_path, monkeypatch):
-    import harness.runner
+    import harness.job.runner
 
     seen = []
-    real = harness.runner.tqdm
+    real = harness.job.runner.tqdm
 
     class Bar(real):
         def set_postfix_str(self, s="", refresh=True):
             seen.append(s)
             return super().set_postfix_str(s, refresh)
 
-    monkeypatch.setattr(harness.runner, "tqdm", Bar)
+    monkeypatch.setattr(harness.job.runner, "tqdm", Bar)
     _run(tmp_path, "decoder=[vanilla,speculative]", "task.limit=1")
     assert any("speculative" in s for s in seen) and any("vanilla" in s for s in seen)
 
@@ -353,12 +353,12 @@ def test_sample_ids_run_only_the_named_samples_in_task_order(tmp_path):
 
 
 def test_unknown_sample_ids_refused_before_any_model_loads(tmp_path, monkeypatch):
-    import harness.app
+    import harness.job.app
 
     def no_models(*args, **kwargs):
         raise AssertionError("models were loaded before the sample ids were checked")
 
-    monkeypatch.setattr(harness.app, "load_pair", no_models)
+    monkeypatch.setattr(harness.job.app, "load_pair", no_models)
     with pytest.raises(ValueError, match=r"HumanEval/7.*raise task.limit"):
         _run(tmp_path, "decoder=[vanilla]", "runner.sample_ids=[HumanEval/7]")  # task.limit=2
     with pytest.raises(ValueError, match="non-empty list"):
@@ -397,11 +397,11 @@ def test_cached_check_fails_on_fetch_convert_or_a_changed_cache(tmp_path):
     (cache / "models" / "m" / "model.safetensors").write_bytes(b"x" * 10)
     check.main(["snapshot", str(cache), str(tmp_path / "snap.json")])
     log = tmp_path / "second.log"
-    good = "[..][harness.models][INFO] - using cached converted model /c/models/m (no fetch, no conversion)\n"
+    good = "[..][harness.job.models][INFO] - using cached converted model /c/models/m (no fetch, no conversion)\n"
     args = ["cached", str(log), "--cache", str(cache), "--snapshot", str(tmp_path / "snap.json")]
     log.write_text(good)
     assert check.main(args) == 0
-    log.write_text(good + "[..][harness.models][INFO] - Fetching 6 wheel(s) with pip: x ...\n")
+    log.write_text(good + "[..][harness.job.models][INFO] - Fetching 6 wheel(s) with pip: x ...\n")
     assert check.main(args) == 1
     log.write_text(good + "[..] - converting m.gguf to safetensors\n")
     assert check.main(args) == 1
@@ -437,7 +437,7 @@ def test_every_decoder_is_warmed_as_a_timed_call_before_the_first_timed_cell_of_
 def test_a_first_cell_far_off_the_decoders_others_is_flagged_in_the_summary(tmp_path, monkeypatch):
     # Before: a first cell 40x slower than the rest (one-off costs the warm-up did not absorb) was averaged in
     # without a word, and a paired speedup on that sample was off by that factor
-    import harness.runner as R
+    import harness.job.runner as R
 
     seen = set()
 
@@ -457,7 +457,7 @@ def test_a_first_cell_far_off_the_decoders_others_is_flagged_in_the_summary(tmp_
 
 
 def test_first_cell_flags_compare_within_a_process_and_spare_ordinary_spread():
-    from harness.flags import first_cell_flags
+    from harness.rows.flags import first_cell_flags
 
     def rows(values, attempt="a"):
         return pd.DataFrame({"decoder": "speculative", "status": "ok", "attempt_id": attempt,
@@ -476,7 +476,7 @@ def test_first_cell_flags_compare_within_a_process_and_spare_ordinary_spread():
 
 def test_a_tuned_decoder_with_an_overridden_setting_runs_under_a_marked_name(tmp_path, capsys):
     # Before: decoder.speculative_tuned.gamma=3 ran and was reported as speculative_tuned, with no warning
-    from harness import config as C
+    from harness.config import compose as C
 
     getattr(C, "_WARNED", set()).clear()
     _run(tmp_path, "decoder=[vanilla,tuned/speculative_tuned]", "decoder.speculative_tuned.gamma=3", "task.limit=1",

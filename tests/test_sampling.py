@@ -22,8 +22,8 @@ from decoders.ouroboros import OuroborosDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.app import ConfigError, main_job
-from harness.settings import RunSettings
+from harness.job.app import ConfigError, main_job
+from harness.job.run_settings import RunSettings
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 SAMPLING = SamplingConfig(temperature=0.9, top_p=0.9, top_k=20)
@@ -216,9 +216,9 @@ def test_runner_greedy_rows_unchanged(tmp_path):
 
 
 def test_runner_refuses_greedy_only_decoders_before_loading(tmp_path, monkeypatch):
-    import harness.app
+    import harness.job.app
 
-    monkeypatch.setattr(harness.app, "load_pair", lambda *a, **k: pytest.fail("models loaded before the check"))
+    monkeypatch.setattr(harness.job.app, "load_pair", lambda *a, **k: pytest.fail("models loaded before the check"))
     monkeypatch.delattr(LookaheadDecoder, "supports_sampling")  # stands in for a greedy-only decoder
     with pytest.raises(ConfigError, match="'lookahead'.*cannot sample"):
         _run(tmp_path, "decoder=[vanilla,lookahead]", "runner.temperature=0.7")

@@ -44,7 +44,7 @@ from decoders.opt_tree import OptTreeDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.models import build_tiny_random
+from harness.job.models import build_tiny_random
 from sampling_stats import (ALPHA, DRAFT_MISTAKES, TREE_MISTAKES, VOCAB, LogitsRecordingSampling, distribution_pvalue,
                             exact_sequence_probs, greedy_prompt, sample_counts, seed_base, sharpened, swap_rule,
                             tiny_model, wrong_rule)

@@ -11,7 +11,12 @@ import pandas as pd
 import pytest
 
 from fixture_rows import fixture_rows, write_run
-from harness import figdata, grouping, metrics, report, stats, tables
+from harness.report import figdata
+from harness.rows import grouping
+from harness.rows import metrics
+from harness.report import build as report
+from harness.rows import stats
+from harness.report import tables
 
 
 def _agg(rows):

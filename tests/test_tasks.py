@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.app import build_task
+from harness.job.app import build_task
 import torch
 
 from tasks import data as task_data
@@ -602,7 +602,7 @@ def bos_tokenizer(template_writes_bos: bool = False, appends_eos: bool = False):
     optionally a chat template that writes the BOS itself, and a post-processor that appends EOS."""
     from tokenizers import processors
 
-    from harness.models import build_byte_tokenizer
+    from harness.job.models import build_byte_tokenizer
 
     tok = build_byte_tokenizer(extra_special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>"))
     tok.bos_token = "<s>"
@@ -648,7 +648,7 @@ def test_runner_encodes_through_the_task_rule():
     """The runner's _encode follows encode_prompt: completion prompts keep the tokenizer's BOS."""
     from types import SimpleNamespace
 
-    from harness.runner import Runner
+    from harness.job.runner import Runner
 
     tok = bos_tokenizer()
     fake = SimpleNamespace(pair=SimpleNamespace(tokenizer=tok, device="cpu"), chat=False)
@@ -662,7 +662,7 @@ def test_runner_encodes_through_the_task_rule():
 def test_chat_turn_markers_come_from_the_template(tokenizer):
     assert chat_turn_markers(tokenizer) == ("<|im_end|>", "<|im_start|>")
     assert chat_stop_token_ids(tokenizer) == frozenset(tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|im_start|>"]))
-    from harness.models import build_byte_tokenizer
+    from harness.job.models import build_byte_tokenizer
 
     llama3 = build_byte_tokenizer(extra_special_tokens=(
         "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|reserved_special_token_0|>"))
@@ -693,8 +693,8 @@ def test_fake_user_turn_does_not_reach_the_turn_2_prompt(mt_file, tmp_path, monk
 
     from decoders import vanilla
     from decoders.common.stopping import truncate_at_stop
-    from harness.app import main_job
-    from harness.models import build_byte_tokenizer
+    from harness.job.app import main_job
+    from harness.job.models import build_byte_tokenizer
 
     tok = build_byte_tokenizer()
     script = tok("Leaves fall.", add_special_tokens=False).input_ids + [tok.convert_tokens_to_ids("<|im_start|>")] \

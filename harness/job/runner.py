@@ -1,0 +1,584 @@
+"""The benchmark runner: same token ids to every decoder, warm-up excluded, synchronized timers, decoders
+interleaved per sample in a rotating order, each (sample, decoder) cell measured ``repeats`` times, one
+result row appended per cell as soon as it is computed (or, for a cell that ran before vanilla on its
+sample, as soon as vanilla's output -- the equality reference -- exists).
+
+Measurement design (DESIGN.md 2b.5):
+
+* **Order.** With ``runner.order=rotate`` (default) the decoder list is rotated by ``sample_index + repeat``,
+  so every decoder runs at every position equally often and drift over the run (clock, caches, machine
+  load) does not favour the decoders that run later; the row's ``order_position`` says where it ran.
+  ``runner.order=fixed`` keeps the listed order, vanilla first.
+* **Repeats.** ``runner.repeats=R`` measures every (sample, decoder) cell R times (``repeat`` 0..R-1), for
+  intervals over run-to-run noise; each repeat's output is compared with vanilla's output of the same
+  sample (vanilla greedy is deterministic, so any repeat is the reference).
+* **Machine load.** Each row records the 1-minute load average before and after its timed call, the CPU
+  count and the affinity count; the summary warns when the load exceeded the usable cores (by more than
+  :data:`harness.rows.flags.LOAD_MARGIN`; the warning comes from :mod:`harness.rows.metrics`, like every number of the
+  summary).
+* **Shards.** ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included, so
+  every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
+* **Interrupts.** Ctrl-C (SIGINT) stops after the cell in progress is abandoned (a row being written is
+  finished first), the summary of the finished cells is written, and :attr:`Runner.interrupted` is set.
+* **Skips.** An empty prompt (no text, or 0 tokens) gets ``status=empty_prompt``; prompt + ``max_new_tokens``
+  beyond the target's context (or the draft's, for decoders that use the draft) gets
+  ``status=prompt_too_long``; both with a ``reason``, never an exception.
+* **Conversations.** Turn k > 0 of a multi-turn sample carries the decoder's own earlier answers. When an earlier
+  turn of a decoder has no answer (``error``, ``prompt_too_long``, ``empty_prompt``, or itself skipped), its later
+  turns are not run: they would be asked with another history than vanilla's and paired with vanilla's answer.
+  They get ``status=skipped`` and a ``reason`` naming the turn and why. When vanilla's earlier turn has no answer,
+  every decoder's later turns are skipped the same way (there is no reference conversation to pair them with).
+  A decoder row without a vanilla answer to compare with (vanilla failed on that turn) has
+  ``matches_vanilla=None`` and ``equality_check=None``: it makes no equality claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import threading
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any, Collection, Iterator, Mapping, Sequence
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from harness.rows.grouping import settings_label
+from harness.config.schemas import declared_defaults
+from harness.report.summary import write_summary
+from harness.rows.results import ResultWriter, cpu_affinity, emulated_half_note, read_results
+from harness.job import resume as resume_lib
+from harness.job.cell import Cell, cell_row, load_1m, timed_generate
+from harness.job.run_settings import ROTATION_RULE, RunSettings, decoder_order, parse_shard
+from decoders.common.sampling import make_generator, sample_seed
+from tasks.base import encode_prompt
+from tasks.types import Sample
+
+log = logging.getLogger(__name__)
+#: Samples whose first prompt :meth:`Runner._warm_all` tries per decoder before leaving its warm-up to its
+#: first cell (a decoder every early prompt is too long for).
+WARMUP_SEARCH = 8
+
+
+class Runner:
+    """Runs every (sample, decoder, repeat) cell of one task and writes rows, then the summary.
+
+    Constructing it checks the run folder against this run's identity (:func:`harness.job.resume.prepare_folder`:
+    refuses a folder of another identity, or moves its files aside when ``resume`` is off) and only then
+    writes ``meta.json``.
+
+    Args:
+        task: a :class:`tasks.base.Task`.
+        pair: the loaded :class:`harness.job.models.ModelPair`.
+        decoders: name -> decoder; ``vanilla`` must be among them.
+        decoder_params: name -> hyper-parameters to record with each row.
+        settings: :class:`RunSettings`.
+        run_dir: output folder.
+        identity: columns identifying the run (model names, dtype, device, ...), added to every row.
+        chat: the model config's ``chat_template`` flag (with the task's prompt style and the tokenizer it
+            decides whether prompts go through the chat template: :meth:`tasks.base.Task.uses_chat`).
+        config: the resolved config (plain containers), part of the run identity and of ``meta.json``.
+        environment: :func:`harness.rows.results.environment`, part of the run identity and of ``meta.json``.
+        meta: more entries for ``meta.json`` (e.g. ``eos_token_ids``).
+        draft_users: names of the decoders that run the draft model (their prompts must also fit the
+            draft's context).
+
+    Raises:
+        harness.job.resume.ResumeMismatchError: the folder holds rows of another run identity.
+    """
+
+    def __init__(
+        self,
+        task: Any,
+        pair: Any,
+        decoders: Mapping[str, Any],
+        decoder_params: Mapping[str, Mapping[str, Any]],
+        settings: RunSettings,
+        run_dir: str | Path,
+        identity: Mapping[str, Any],
+        chat: bool | None = None,
+        config: Mapping[str, Any] | None = None,
+        environment: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        draft_users: Collection[str] = (),
+        notes: Sequence[str] = (),
+    ):
+        if "vanilla" not in decoders:
+            raise ValueError("the vanilla decoder must be part of every run: it is the reference for speedup "
+                             "and equality")
+        self.task = task
+        self.pair = pair
+        self.decoders = {"vanilla": decoders["vanilla"], **{k: v for k, v in decoders.items() if k != "vanilla"}}
+        self.decoder_params = decoder_params
+        self.settings = settings
+        self.run_dir = Path(run_dir)
+        self.identity = dict(identity)
+        self.chat = task.uses_chat(pair.tokenizer, chat)  # decided once, passed to every task call
+        self.draft_users = set(draft_users)
+        self.setup_notes = list(notes)   # what the caller found before the run (e.g. settings tuned elsewhere)
+        self.writer = ResultWriter(self.run_dir)
+        self.max_new_tokens = settings.max_new_tokens or int(task.max_new_tokens)
+        self.context_length = int(getattr(pair.target.config, "max_position_embeddings", 0) or 0)
+        draft = getattr(pair, "draft", None)
+        self.draft_context_length = int(getattr(getattr(draft, "config", None), "max_position_embeddings", 0) or 0)
+        self.cpu_count = os.cpu_count()
+        self.cpu_affinity = cpu_affinity()
+        self.errors = 0
+        self.interrupted = False
+        self.skipped_cells = 0
+        self._warmed: set[str] = set()
+        self._writing = False
+        self._stop_requested = False
+        self.attempt_id = uuid.uuid4().hex[:8]  # one per process: tells apart the processes of a resumed run
+
+        # samples: the selection (task.limit, runner.sample_ids), then this shard's share of it
+        self.samples = settings.select(list(task.samples()))
+        self.shard = parse_shard(settings.shard)
+        self.shard_spec = settings.shard
+        self.work = [(i, s) for i, s in enumerate(self.samples) if self.shard is None or i % self.shard[1] == self.shard[0]]
+
+        # run identity (config + data + code + packages + machine), checked against the folder before writing
+        self.identity_doc = resume_lib.build_identity(config or {}, environment or {}, self._data_identity())
+        self.run_identity = resume_lib.identity_hash(self.identity_doc)
+        self.group_identity = resume_lib.group_identity(self.identity_doc)
+        self.resume_state = resume_lib.prepare_folder(self.run_dir, self.identity_doc, self.run_identity,
+                                                      self.shard_spec, settings.resume)
+        adopted = self.resume_state.run_id if self.resume_state else None
+        self.run_id = identity.get("run_id") or adopted or uuid.uuid4().hex[:12]
+        self._write_meta(config, environment, meta)
+        half_precision_note = emulated_half_note(dict(environment or {}))
+        if half_precision_note:  # said before anything is measured; the summary's warnings say it again
+            log.warning("%s", half_precision_note)
+
+    # ------------------------------------------------------------------------------------ identity
+    def _data_identity(self) -> dict[str, Any]:
+        """sha256 over the selected samples (ids, prompts, references, metadata) and their rendered first-turn
+        prompts -- so the data file, few-shot exemplars, prompt style and chat template are all covered --
+        plus where the data came from."""
+        h = hashlib.sha256()
+        for s in self.samples:
+            rendered = self._render(s, 0, [])
+            h.update(json.dumps([s.sample_id, s.prompt, s.messages, s.reference, s.metadata, rendered],
+                                sort_keys=True, default=str).encode())
+        origin = self.task.origin
+        return {"fingerprint": h.hexdigest()[:16], "origin": str(origin) if origin is not None else None,
+                "samples": len(self.samples)}
+
+    def _write_meta(self, config: Mapping[str, Any] | None, environment: Mapping[str, Any] | None,
+                    meta: Mapping[str, Any] | None) -> None:
+        names = list(self.decoders)
+        doc = {
+            "run_identity": self.run_identity,
+            "identity": self.identity_doc,
+            "run_id": self.run_id,
+            "shard": (None if self.shard is None else
+                      {"index": self.shard[0], "count": self.shard[1], "rule": "sample_index % count == index"}),
+            "order": {"scheme": self.settings.order, "decoders": names,
+                      "rule": ROTATION_RULE if self.settings.order == "rotate" else "decoders as listed, every sample"},
+            "repeats": self.settings.repeats,
+            "quality_columns": list(self.task.quality_columns),
+            "config": dict(config or {}),
+            "notes": list(self.setup_notes),
+            "environment": dict(environment or {}),
+            **dict(meta or {}),
+        }
+        (self.run_dir / "meta.json").write_text(json.dumps(doc, indent=1, default=str))
+
+    # ------------------------------------------------------------------------------------- resume
+    def _done(self, sample: Sample, name: str, turn: int, repeat: int) -> bool:
+        """Whether the (sample, turn, repeat, decoder) cell already has a done row in the folder."""
+        return (self.resume_state is not None
+                and resume_lib.cell_key(self._base_row(sample, 0, name, turn, repeat, 0, 0)) in self.resume_state.done)
+
+    def _stored_completion(self, sample: Sample, name: str, turn: int, repeat: int) -> str | None:
+        """The answer of a done cell from the folder, or ``None`` when its row is a skip (no answer)."""
+        params = json.dumps(dict(self.decoder_params.get(name, {})), sort_keys=True)
+        return self.resume_state.completions.get((sample.sample_id, turn, repeat, name, params))
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _turns(self, sample: Sample) -> int:
+        """Number of chat turns of a sample (:meth:`tasks.base.Task.turns`)."""
+        return int(self.task.turns(sample))
+
+    def _render(self, sample: Sample, turn: int, previous_answers: list[str]) -> str:
+        """Prompt text of one turn; turn k > 0 carries the decoder's own earlier answers."""
+        if self._turns(sample) > 1:
+            return self.task.render_turn(sample, self.pair.tokenizer, self.chat, turn, previous_answers)
+        return self.task.render(sample, self.pair.tokenizer, self.chat)
+
+    def _encode(self, text: str) -> torch.Tensor:
+        """(1, prompt_len) int64 ids of a rendered prompt: the tokenizer's special-token convention for
+        completion prompts, none added to chat-template text (:func:`tasks.base.encode_prompt`)."""
+        tokenizer = self.pair.tokenizer
+        ids = encode_prompt(tokenizer, text, chat=self.chat)
+        return torch.tensor([ids], dtype=torch.long, device=self.pair.device)
+
+    # --- sampling support (runner.temperature / top_p / top_k / seed) ------------------------------
+    def _sampling_columns(self) -> dict[str, Any]:
+        """Columns of every row that describe the sampling setting (part of the configuration).
+        ``sampling_seed`` is the run seed when sampling and ``None`` when greedy (no randomness)."""
+        sampling = self.settings.sampling
+        return {**sampling.columns(), "sampling_seed": None if sampling.greedy else self.settings.seed}
+
+    def _generate_kwargs(self, sample_id: Any, turn: int, repeat: int) -> tuple[dict[str, Any], int | None]:
+        """``generate`` keyword arguments of one cell and its seed: a fresh generator seeded by
+        :func:`~decoders.common.sampling.sample_seed` (the same for every decoder of the cell), or nothing
+        when greedy."""
+        if self.settings.sampling.greedy:
+            return {}, None
+        seed = sample_seed(self.settings.seed, sample_id, turn, repeat)
+        return {"generator": make_generator(seed, self.pair.device)}, seed
+    # --- end sampling support ----------------------------------------------------------------------
+
+    def _skip(self, name: str, text: str, prompt_tokens: int) -> tuple[str, str] | None:
+        """``(status, reason)`` when a cell cannot run: empty prompt (no text, or 0 tokens -- a tokenizer that
+        adds BOS would turn an empty text into BOS alone), or too long for a model's context."""
+        if not text or prompt_tokens == 0:
+            return "empty_prompt", (f"the rendered prompt is empty ({len(text)} characters, {prompt_tokens} tokens): "
+                                    "there is nothing to condition on (check the task's data for an empty prompt)")
+        total = prompt_tokens + self.max_new_tokens
+        for role, ctx, model in (("target", self.context_length, self.pair.target_name),
+                                 ("draft", self.draft_context_length if name in self.draft_users else 0,
+                                  getattr(self.pair, "draft_name", None))):
+            if ctx and total > ctx:
+                return "prompt_too_long", (f"prompt ({prompt_tokens} tokens) + max_new_tokens ({self.max_new_tokens}) "
+                                           f"exceeds the {role} model's ({model}) context of {ctx} tokens")
+        return None
+
+    def _warm_up(self, name: str, decoder: Any, input_ids: torch.Tensor) -> None:
+        """Untimed warm-up calls of one decoder on ``input_ids`` (a prompt it can run), made the way a timed call
+        is made (:func:`harness.job.cell.timed_generate`: the stopwatch's marks, the draft's prefill hooks), so no
+        one-off cost of that path is left to a timed cell. Once per decoder per job (per :class:`Runner`)."""
+        if name in self._warmed:
+            return
+        draft = self.pair.draft if name in self.draft_users else None
+        for _ in range(self.settings.warmup):
+            kwargs, _ = self._generate_kwargs("warmup", 0, 0)
+            timed_generate(decoder, input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), draft, **kwargs)
+        if self.settings.warmup and hasattr(decoder, "reset"):
+            decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
+        self._warmed.add(name)
+        log.debug("warmed up %s", name)
+
+    def _warm_all(self) -> None:
+        """Warm every decoder of the job before its first timed cell: each on the first turn-0 prompt (of the
+        first :data:`WARMUP_SEARCH` samples) it can run. Models shared by several decoders and the lazy set-up
+        of each (first forwards, caches, allocations) are then paid before any clock runs, not by whichever
+        decoder's cell comes first. A decoder whose warm-up raises is left to its first cell (which records
+        the error in its row); one without a runnable prompt here is warmed before its first cell."""
+        pending = [n for n in self.decoders if n not in self._warmed]
+        if not self.settings.warmup or not pending:
+            return
+        if all(self._done(s, n, 0, r) for _, s in self.work for n in pending for r in range(self.settings.repeats)):
+            return  # resume: nothing left to time
+        for _, sample in self.work[:WARMUP_SEARCH]:
+            text = self._render(sample, 0, [])
+            input_ids = self._encode(text) if text else None
+            for name in list(pending):
+                if input_ids is None or self._skip(name, text, int(input_ids.shape[1])) is not None:
+                    continue
+                pending.remove(name)
+                try:
+                    self._warm_up(name, self.decoders[name], input_ids)
+                except Exception as e:  # noqa: BLE001 -- the decoder's first cell runs (and records) it again
+                    log.warning("warm-up of %s failed (%s: %s); its first cell will say why", name,
+                                type(e).__name__, e)
+            if not pending:
+                return
+
+    def _base_row(self, sample: Sample, index: int, name: str, turn: int, repeat: int, position: int,
+                  prompt_tokens: int) -> dict[str, Any]:
+        params = dict(self.decoder_params.get(name, {}))
+        return {
+            "run_id": self.run_id,
+            "attempt_id": self.attempt_id,
+            "run_identity": self.run_identity,
+            "group_identity": self.group_identity,
+            "shard": self.shard_spec,
+            **self.identity,
+            "task": self.task.name,
+            "task_version": self.task.version,
+            "quality_columns": list(self.task.quality_columns),
+            "sample_id": sample.sample_id,
+            "sample_index": index,
+            "turn": turn,
+            "repeat": repeat,
+            "order_position": position,
+            **{k: sample.metadata[k] for k in ("category", "subtask") if k in sample.metadata},
+            "decoder": name,
+            "decoder_class": type(self.decoders[name]).__name__,
+            "draft_shape": self.decoders[name].draft_shape,
+            **params,
+            "decoder_params": json.dumps(params, sort_keys=True),
+            "max_new_tokens": self.max_new_tokens,
+            **self._sampling_columns(),
+            "prompt_tokens": prompt_tokens,
+            "cpu_count": self.cpu_count,
+            "cpu_affinity": self.cpu_affinity,
+        }
+
+    def _score(self, sample: Sample, completion: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Quality scores of a completion, computed once per distinct completion of a sample turn."""
+        if not self.settings.score:
+            return {}
+        if completion not in cache:
+            try:
+                cache[completion] = self.task.score(sample, completion, self.chat)
+            except Exception as e:  # scoring must never lose the speed row
+                log.warning("scoring %s failed: %s", sample.sample_id, e)
+                cache[completion] = {"score_error": str(e)}
+        return cache[completion]
+
+    def _write(self, row: dict[str, Any]) -> None:
+        """Append one row; a SIGINT arriving meanwhile takes effect once the row is complete."""
+        self._writing = True
+        try:
+            self.writer.write(row)
+        finally:
+            self._writing = False
+        if self._stop_requested:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def _sigint_after_writes(self) -> Iterator[None]:
+        """While running: SIGINT raises KeyboardInterrupt, except while a row is being written (then right
+        after it). Only in the main thread (signal handlers cannot be set elsewhere)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._writing:
+                self._stop_requested = True
+            else:
+                raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+    # ---------------------------------------------------------------------------------------- run
+    def run(self) -> pd.DataFrame:
+        """Run all cells; returns the summary (also written as ``summary.csv`` / ``summary.md``).
+
+        Per sample and repeat, decoders run one after the other in the rotated order. Identical prompt texts
+        are tokenized once, so every decoder gets the same ids; on turn k > 0 of a multi-turn task each
+        decoder is asked with its own earlier answers (identical to vanilla's whenever its outputs were).
+        On Ctrl-C the finished cells are summarised and :attr:`interrupted` is set.
+        """
+        torch.manual_seed(self.settings.seed)
+        warm = [n for n, d in self.decoders.items() if getattr(d, "pool_scope", None) == "task"]
+        if warm and (self.shard or self.settings.repeats > 1):
+            log.warning("%s keep an n-gram pool across samples (pool_scope=task): with shards each pool sees only "
+                        "its shard's samples, and with repeats it sees a sample again; warm-start speed then "
+                        "differs from a single pass (outputs do not)", warm)
+        bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""), unit="sample")
+        try:
+            with self._sigint_after_writes():
+                self._warm_all()
+                for index, sample in bar:
+                    self._run_sample(index, sample, bar)
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            bar.close()
+        if self.skipped_cells:
+            log.info("resume: skipped %d cells already done in %s", self.skipped_cells, self.writer.path)
+            if warm:
+                log.warning("resume: %s keep an n-gram pool across samples (pool_scope=task); after skipping "
+                            "done samples their pools miss those samples, so warm-start speed differs from an "
+                            "uninterrupted run (outputs do not)", warm)
+        return self.write_summary()
+
+    def _run_sample(self, index: int, sample: Sample, bar: Any) -> None:
+        """Every repeat and turn of one sample."""
+        n_turns = self._turns(sample)
+        names = list(self.decoders)
+        refs: dict[int, tuple[tuple[int, ...], str | None]] = {}  # turn -> vanilla's token ids, attempt
+        if self.resume_state is not None:
+            for t in range(n_turns):
+                if (sample.sample_id, t) in self.resume_state.vanilla:
+                    refs[t] = self.resume_state.vanilla[(sample.sample_id, t)]
+        scores: dict[int, dict[str, dict[str, Any]]] = {t: {} for t in range(n_turns)}
+        for repeat in range(self.settings.repeats):
+            order = decoder_order(names, index, repeat, self.settings.order)
+            done = {(n, t) for n in order for t in range(n_turns) if self._done(sample, n, t, repeat)}
+            self.skipped_cells += len(done)
+            if len(done) == len(order) * n_turns:
+                continue
+            answers: dict[str, list[str]] = {n: [] for n in order}
+            lost: dict[str, str] = {}  # decoder -> its first turn without an answer, and why
+            for turn in range(n_turns):
+                self._run_turn(sample, index, repeat, turn, order, done, answers, refs, scores[turn], bar, lost)
+
+    def _run_turn(self, sample: Sample, index: int, repeat: int, turn: int, order: list[str],
+                  done: set[tuple[str, int]], answers: dict[str, list[str]],
+                  refs: dict[int, tuple[tuple[int, ...], str | None]], scores: dict[str, dict[str, Any]],
+                  bar: Any, lost: dict[str, str] | None = None) -> None:
+        """Run every decoder on one turn of one sample (one repeat) and write its rows; appends to ``answers``.
+
+        A cell measured before vanilla's on a sample it has no reference yet: it is held and written when
+        vanilla's output exists (or, if vanilla produced none, without equality).
+
+        ``lost`` (decoder -> "turn k <status>: <reason>") records the first turn of each decoder's conversation
+        without an answer; on a later turn such a decoder -- or every decoder, when vanilla's conversation is
+        broken -- gets a ``skipped`` row instead of running on another history than vanilla's.
+        """
+        lost = {} if lost is None else lost
+        encoded: dict[str, torch.Tensor] = {}
+        vanilla_prompt = self._render(sample, turn, answers["vanilla"])
+        pending: list[Cell] = []
+        vanilla_attempt = (self.resume_state.vanilla_attempts.get((sample.sample_id, turn, repeat))
+                           if self.resume_state is not None else None)
+        for position, name in enumerate(order):
+            bar.set_postfix_str(name + (f" (repeat {repeat})" if self.settings.repeats > 1 else ""))
+            text = vanilla_prompt if name == "vanilla" else self._render(sample, turn, answers[name])
+            if (name, turn) in done:  # resume: the stored answer carries the conversation on
+                stored = self._stored_completion(sample, name, turn, repeat)
+                if stored is None:
+                    lost.setdefault(name, f"turn {turn} has no answer (its row in the folder is a skip)")
+                answers[name].append(stored or "")
+                continue
+            broken = self._broken_history(name, turn, lost)
+            if broken is not None:
+                row = self._base_row(sample, index, name, turn, repeat, position, 0)
+                row["prompt_tokens"] = None  # not rendered for a run: the history it would carry is not vanilla's
+                self._write({**row, "status": "skipped", "reason": broken})
+                log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, broken)
+                answers[name].append("")
+                lost.setdefault(name, f"turn {turn} skipped")
+                continue
+            if text not in encoded:
+                encoded[text] = self._encode(text)  # tokenized once per distinct prompt, outside timers
+            input_ids = encoded[text]
+            row = self._base_row(sample, index, name, turn, repeat, position, int(input_ids.shape[1]))
+            if turn > 0:
+                row["prompt_matches_vanilla"] = text == vanilla_prompt
+            skip = self._skip(name, text, row["prompt_tokens"])
+            if skip is not None:
+                self._write({**row, "status": skip[0], "reason": skip[1]})
+                log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, skip[1])
+                answers[name].append("")
+                lost.setdefault(name, f"turn {turn} {skip[0]}")
+                continue
+            decoder = self.decoders[name]
+            try:
+                self._warm_up(name, decoder, input_ids)
+                before = load_1m()
+                generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, repeat)
+                draft = self.pair.draft if name in self.draft_users else None
+                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens, draft,
+                                                      **generate_kwargs)
+                after = load_1m()
+            except Exception as e:
+                self.errors += 1
+                log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
+                self._write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
+                answers[name].append("")
+                lost.setdefault(name, f"turn {turn} error ({type(e).__name__}: {str(e)[:120]})")
+                continue
+            completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
+                                                     clean_up_tokenization_spaces=False)
+            answers[name].append(completion)
+            cell = Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after, **timing})
+            if name == "vanilla":
+                refs.setdefault(turn, (tuple(result.token_ids), self.attempt_id))
+                vanilla_attempt = self.attempt_id
+                for c in [cell, *pending]:
+                    self._write_cell(sample, c, refs.get(turn), vanilla_attempt, scores)
+                pending = []
+            elif turn in refs:
+                self._write_cell(sample, cell, refs[turn], vanilla_attempt, scores)
+            else:
+                pending.append(cell)
+        for c in pending:  # vanilla gave no output on this turn: nothing to compare with
+            self._write_cell(sample, c, None, None, scores)
+
+    @staticmethod
+    def _broken_history(name: str, turn: int, lost: Mapping[str, str]) -> str | None:
+        """Why turn ``turn`` of ``name`` must not run (an earlier turn of its conversation, or of vanilla's, has
+        no answer), or ``None``."""
+        if turn == 0:
+            return None
+        if name in lost:
+            return (f"an earlier turn of this conversation has no answer ({lost[name]}): turn {turn} would be asked "
+                    "with another history than vanilla's, so it is not run")
+        if "vanilla" in lost:
+            return (f"vanilla's conversation has no answer at an earlier turn ({lost['vanilla']}): there is no "
+                    f"reference for turn {turn} to pair this decoder with, so it is not run")
+        return None
+
+    def _write_cell(self, sample: Sample, cell: Cell, ref: tuple[tuple[int, ...], str | None] | None,
+                    vanilla_attempt: str | None, scores: dict[str, dict[str, Any]]) -> None:
+        row = cell_row(cell, ref[0] if ref is not None else None, self.settings.sampling.greedy,
+                       cross_process=(cell.row["decoder"] != "vanilla" and vanilla_attempt is not None
+                                      and vanilla_attempt != self.attempt_id),
+                       scores=self._score(sample, cell.completion, scores))
+        if row["matches_vanilla"] is False:
+            log.warning("%s differs from vanilla on %s (turn %d, repeat %d) at token %s", row["decoder"],
+                        sample.sample_id, row["turn"], row["repeat"], row["first_divergence"])
+        self._write(row)
+
+    # ------------------------------------------------------------------------------------ summary
+    def rows(self) -> pd.DataFrame:
+        """This run's rows in the folder, one per cell (the latest ``ok`` one; see
+        :func:`harness.job.resume.latest_rows`)."""
+        if not self.writer.path.exists():
+            return pd.DataFrame()
+        rows = read_results([self.writer.path])
+        if rows.empty or "run_identity" not in rows:
+            return pd.DataFrame()
+        return resume_lib.latest_rows(rows[rows["run_identity"] == self.run_identity].reset_index(drop=True))
+
+    def notes(self) -> list[str]:
+        """What only the runner knows for the summary: the caller's set-up notes (``notes``: e.g. decoders tuned
+        on another dtype or machine) and that the run was interrupted. Every other warning (machine load,
+        cross-process pairs, disagreeing estimators, half precision emulated by the CPU) comes from
+        :mod:`harness.rows.metrics`, the same code that serves the report and the gate."""
+        if not self.interrupted:
+            return list(self.setup_notes)
+        return [*self.setup_notes, "interrupted (Ctrl-C): this summary covers only the cells finished before it; "
+                f"rerun the same command with hydra.run.dir={self.run_dir} to resume"]
+
+    def write_summary(self) -> pd.DataFrame:
+        """Write ``summary.csv`` and ``summary.md`` of this run's rows (:func:`harness.report.summary.write_summary`)
+        with the run's header, the notes and the coverage of a shard; returns the summary."""
+        rows = self.rows()
+        self.measured = int((rows["status"] == "ok").sum()) if not rows.empty else 0
+        self.status_counts = dict(rows["status"].value_counts()) if not rows.empty else {}
+        sampling = self.settings.sampling
+        sampled = ("" if sampling.greedy else f" temperature={sampling.temperature:g} top_p={sampling.top_p:g} "
+                   f"top_k={sampling.top_k} seed={self.settings.seed}")
+        shard = f" shard={self.shard_spec} ({len(self.work)} of {len(self.samples)} samples)" if self.shard else ""
+        header = (f"task={self.task.name} target={self.pair.target_name} draft={self.pair.draft_name} "
+                  f"dtype={self.identity.get('dtype')} device={self.identity.get('device_name')} "
+                  f"max_new_tokens={self.max_new_tokens} repeats={self.settings.repeats} order={self.settings.order}"
+                  f"{shard}{sampled} run_identity={self.run_identity}")
+        settings = "; ".join(f"{name}: {label}" for name, p in self.decoder_params.items()
+                             if (label := settings_label(dict(p), declared_defaults(self.decoders.get(name)),
+                                                         hidden=())))
+        if settings:  # every setting off its declared default, so a sweep's job names its point (`gamma=4`)
+            header += f"\n\nSettings: {settings}."
+        return write_summary(self.run_dir, rows, self.task.quality_columns, header, self.notes(), self.coverage())
+
+    def coverage(self) -> str:
+        """What a shard's summary covers: its share of the selected samples, by rule and by id (empty for an
+        unsharded run, which covers every selected sample)."""
+        if self.shard is None:
+            return ""
+        i, n = self.shard
+        ids = [s.sample_id for _, s in self.work]
+        shown = ", ".join(map(str, ids[:8])) + (f", ... ({len(ids) - 8} more)" if len(ids) > 8 else "")
+        return (f"Coverage: this folder is shard {i}/{n} of the run: {len(ids)} of the {len(self.samples)} selected "
+                f"samples (sample_index % {n} == {i}: {shown or 'none'}). Every figure below is over these samples "
+                f"only; the other {n - 1} shard(s) are in their own folders, and `python -m harness.report "
+                "<shard folders>` merges them.")

@@ -1,0 +1,617 @@
+"""Paper-ready report from result files.
+
+    python -m harness.report RUN [RUN ...] [--out DIR] [--plots [--only FIG ...]] [--pool]
+                             [--spec-bench ANSWERS ...] [--export-spec-bench DIR]
+    python -m harness.report --compare RUN_A RUN_B [--out DIR]
+
+Reads ``results.jsonl`` files only (a run folder, a sweep folder -- searched recursively -- or a file) and,
+with ``--spec-bench``, Spec-Bench answer files; never imports torch or the decoders. Every number comes from
+:mod:`harness.rows.metrics` and its neighbours; this module loads rows, builds the tables, writes them
+(:mod:`harness.report.tables` formats) and calls :mod:`plots` to draw.
+
+Runs that differ are never pooled: rows of different settings (code version, model pair, dtype, machine,
+task version, budget, sampling settings, and the runner's ``group_identity``: every other setting but the
+decoder list and the seed; :data:`harness.rows.columns.RUN_IDENTITY_FIELDS`) are reported as separate groups, named
+by what differs. Shards of one run, the jobs of a decoder sweep and runs that differ only in ``runner.seed``
+are one group. ``--pool`` pools groups anyway (only task and model pair separate groups) and says so loudly.
+
+Every cell is accounted for (:mod:`harness.rows.cells`): each table says per decoder how many samples its
+figures are over (``3/5``: 3 of the run group's 5), how many cells failed or were skipped (by status; the
+reasons are in ``report.md``'s warnings) and how many ok rows had no vanilla row to pair with; every figure
+of a decoder -- tokens/s included -- is computed over its rows paired with an ok vanilla row of the same
+sample, turn and repeat; decoders of one group that cover different samples, and folders that hold copies of
+one run's cells (counted once), are named in the warnings.
+
+Writes to ``--out`` (default ``<first RUN>/report``, refused where git tracks that folder: committed
+reference reports are rewritten only by ``python benchmarks/references.py``):
+
+* ``main.{md,tex,csv}``: decoders as rows with their settings, metrics as columns -- the samples, tokens/s,
+  speedup vs vanilla with its 95 % bootstrap interval ("n too small" below 5 samples), accept length tau,
+  acceptance rate alpha, equality with vanilla (``n/a`` for sampled runs), then, when rows record the runner's
+  stopwatch, decode-only speedup with its interval, mean TTFT and TPOT and the prefill share, the task's
+  quality columns with their interval (Wilson over samples; over several seeds a t-interval), and the
+  failed/skipped cells and unpaired rows when there are any. One block of rows per run group; LaTeX one
+  table per group, narrow enough for a page (:func:`harness.report.tables.latex_by_group`).
+* ``category.{md,tex,csv}`` (rows with ``subtask`` / ``category``: Spec-Bench, MT-Bench): speedup per
+  category, decoders as rows.
+* ``theory.{md,tex,csv}``: Leviathan et al. 2023 eq. 1 predictions beside the measurement (see
+  :func:`harness.rows.metrics.cost_ratio_of` for the cost ratio c).
+* ``detail.csv``: every aggregate; ``report.md``: all tables, definitions and warnings.
+* ``figures/`` with ``--plots``.
+
+``--compare A B`` (:func:`harness.report.compare.write_compare`) writes ``compare.{md,csv}`` and a figure: first every
+setting in which the runs differ, then per decoder both figures (tokens/s, speedup, tau), their ratio B / A
+and a bootstrap interval for the ratio, on the samples both runs cover (paired by sample), equality and
+quality on each side; how many samples, and a warning when the runs cover different samples or lost cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from harness.rows import columns
+from harness.report import compare
+from harness.rows import cells as coverage
+from harness.report import figdata
+from harness.rows import flags
+from harness.rows import grouping
+from harness.rows import metrics
+from harness.job.resume import latest_rows
+from harness.rows.results import read_results
+from harness.report.summary import code_execution_lines
+from harness.report.tables import (CELLS_MEANING, SAMPLES_MEANING, coverage_cell, fmt_cell, interval_cell, latex,
+                            latex_by_group, markdown, show_cells)
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+def find_result_files(paths: Iterable[str | Path], repeated: list[str] | None = None) -> list[Path]:
+    """``results.jsonl`` files named by ``paths``: files as given, folders searched recursively (a
+    multirun sweep folder holds one per job), each file once.
+
+    Args:
+        repeated: when given, one line is appended per file named more than once (a folder given twice, a
+            folder and a file or subfolder of it): the caller warns, rather than drop the repeat silently.
+
+    Raises:
+        FileNotFoundError: a path does not exist, or nothing is found.
+    """
+    paths = list(paths)
+    found: dict[Path, list[str]] = {}
+    for p in map(Path, paths):
+        if p.is_file():
+            hits = [p]
+        elif p.is_dir():
+            hits = sorted(p.rglob("results.jsonl"), key=lambda q: (len(q.parts), str(q)))
+        else:
+            raise FileNotFoundError(f"{p} does not exist")
+        for f in hits:
+            found.setdefault(f.resolve(), []).append(str(p))
+    if not found:
+        raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, paths))}")
+    if repeated is not None:
+        repeated += [f"repeated input: {f} is named {len(given)} times ({', '.join(dict.fromkeys(given))}): "
+                     "its rows are read once" for f, given in found.items() if len(given) > 1]
+    return list(found)
+
+
+def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
+    """All valid rows of the result files under ``paths``, one row per cell
+    (:func:`harness.job.resume.latest_rows`), prepared for aggregation (:func:`harness.rows.grouping.prepare`:
+    ``model_pair``, ``label``, ``group``).
+
+    ``run_id`` becomes a key of (run folder, run identity), so a decoder pairs with the vanilla of its own
+    folder and configuration whichever process of a resumed run wrote the rows, and never with another
+    folder's. A file not named ``results.jsonl`` counts as a folder of its own. Folders that hold the same
+    cells of one run (a run and a copy of it) are one run, each cell counted once
+    (:func:`harness.rows.cells.fold_copies`). ``attrs["warnings"]`` names each file named twice, each copy, each
+    line left out as invalid (:func:`harness.rows.results.read_results`) and each run read in part (one shard of n,
+    :func:`harness.rows.cells.shard_warnings`).
+
+    Raises:
+        FileNotFoundError: a path does not exist. ValueError: no valid row (every line was left out: the
+            warnings say why).
+    """
+    frames, warnings = [], []
+    files = find_result_files(paths, warnings)
+    for w in warnings:
+        log.warning("%s", w)
+    for f in files:
+        rows = read_results([f])
+        warnings += rows.attrs.get("warnings", [])
+        if rows.empty:
+            continue
+        rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
+        frames.append(rows)
+    if not frames:
+        if warnings:
+            raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
+        return pd.DataFrame()
+    rows = _finish(pd.concat(frames, ignore_index=True), pool)
+    rows.attrs["warnings"] = [*warnings, *rows.attrs["warnings"]]
+    return rows
+
+
+def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
+    ident = grouping.identity_fields(rows)
+    # one folder measuring a cell twice (before copies are folded), a run read in part (some of its shards)
+    said = [*coverage.repeated_cells(rows), *coverage.shard_warnings(rows)]
+    for w in said:
+        log.warning("%s", w)
+    rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run (warned there)
+    warnings = [*said, *warnings]
+    # one row per cell of one run identity (a retried error row or a resumed process repeats a cell)
+    rows = latest_rows(rows, extra_keys=("run_dir", *ident)) if "run_dir" in rows else rows
+    key = rows[["run_dir", *ident]].astype(str).agg("|".join, axis=1) if "run_dir" in rows else \
+        rows["run_id"].astype(str)
+    rows = rows.assign(run_id=[hashlib.sha1(k.encode()).hexdigest()[:12] for k in key])
+    for c in ("label", "group"):
+        if c in rows:
+            rows = rows.drop(columns=c)
+    rows = grouping.prepare(rows, pool)
+    rows.attrs["warnings"] = warnings
+    return rows
+
+
+def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequence[str | Path] = (),
+             spec_bench_baseline: str | None = None) -> pd.DataFrame:
+    """:func:`load_rows` of ``paths`` plus the rows of Spec-Bench answer files (``spec_bench``), labelled
+    together so one report holds both."""
+    frames, warnings = [], []
+    if paths:
+        rows = load_rows(paths)
+        warnings = list(rows.attrs.get("warnings", []))
+        if not rows.empty:
+            frames.append(rows.drop(columns=["label", "group"]))
+    if spec_bench:
+        from harness.exchange.specbench import import_answers
+
+        frames.append(import_answers(spec_bench, baseline=spec_bench_baseline))
+    if not frames:
+        return pd.DataFrame()
+    rows = grouping.prepare(pd.concat(frames, ignore_index=True), pool)
+    rows.attrs["warnings"] = warnings
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Tables
+
+
+def _index(agg: pd.DataFrame) -> pd.Index:
+    """Row index of a table: the decoder configuration, under its run group when there are several."""
+    if agg["group"].nunique() > 1:
+        return pd.MultiIndex.from_arrays([agg["group"].tolist(), agg["label"].tolist()])
+    return pd.Index(agg["label"].tolist())
+
+
+def has_prefill(agg: pd.DataFrame) -> bool:
+    """Whether the rows recorded time to first token / decode-only tokens/s (the prefill columns are shown)."""
+    return any(c in agg and agg[c].notna().any() for c in ("decode_speedup", "ttft_s"))
+
+
+def _equality_cell(r: pd.Series) -> str:
+    if str(r.get("equality_check")) == columns.EQUALITY_SAMPLED:
+        return "n/a"
+    return fmt_cell(r.get("equal_to_vanilla"))
+
+
+def _seeds(agg: pd.DataFrame) -> int:
+    return int(columns.num(agg["seeds"]).max()) if "seeds" in agg and columns.num(agg["seeds"]).notna().any() else 0
+
+
+def _samples_cell(r: pd.Series) -> str:
+    """The samples a row's figures are over: ``5``, or ``3/5`` when the group has more
+    (:func:`harness.report.tables.coverage_cell`, which summary.md prints too)."""
+    return coverage_cell(r)
+
+
+def coverage_columns(agg: pd.DataFrame) -> dict[str, list[str]]:
+    """The coverage cells of a formatted table (one per row of ``agg``), header -> cells: ``samples`` always
+    (:func:`_samples_cell`), ``cells`` ((sample, turn) cells, the same way) for a multi-turn task, ``failed``
+    (cells without a measurement, by status) and ``unpaired`` (ok rows without a vanilla pair) when any row
+    has some."""
+    out = {"samples": [_samples_cell(r) for _, r in agg.iterrows()]}
+    if show_cells(agg):
+        out["cells"] = [coverage_cell(r, "cells") for _, r in agg.iterrows()]
+    if "failed" in agg and columns.num(agg["failed"]).fillna(0).any():
+        why = agg["failed_statuses"] if "failed_statuses" in agg else agg["failed"]
+        out["failed"] = [str(s) if isinstance(s, str) and s else fmt_cell(n, "g") if n else "-"
+                         for s, n in zip(why, columns.num(agg["failed"]).fillna(0))]
+    if "unpaired" in agg and columns.num(agg["unpaired"]).fillna(0).any():
+        out["unpaired"] = [fmt_cell(int(v), "g") if v else "-" for v in columns.num(agg["unpaired"]).fillna(0)]
+    return out
+
+
+def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The paper table: decoders as rows, metrics as columns: the samples the row's figures are over
+    (``3/5``: 3 of the group's 5), tokens/s, end-to-end speedup [95% CI], tau, alpha, equality (``n/a`` for
+    sampled runs), then -- when rows record them -- decode-only speedup [95% CI], mean time to first token (ms)
+    and the prefill share, the sampling seeds when several, the quality columns (``mean [low, high]`` over
+    seeds when there are several), and -- when any row has some -- the failed or skipped cells by status and
+    the unpaired rows (:func:`coverage_columns`). Every figure is over the row's figure rows
+    (:mod:`harness.rows.cells`).
+
+    Returns:
+        ``(numeric, text)``: ``numeric`` is tidy (group, label, each metric with its interval bounds, the
+        quality means) for CSV; ``text`` has formatted cells, indexed by (group,) label, for markdown/LaTeX.
+    """
+    quality = [q for q in quality if q in agg]
+    agg = with_figures(agg)
+    prefill = has_prefill(agg)
+    seeds = _seeds(agg)
+    params = [p for p in grouping.decoder_param_columns(agg) if p in agg]
+    cols = ["group", "task", "model_pair", "dtype", "device_name", "git_commit", "max_new_tokens", "label",
+            "decoder", "settings", *params, *coverage.COVERAGE_COLUMNS, "rows", "repeats",
+            "seeds", "temperature", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low",
+            "speedup_high", "speedup_total", "decode_speedup", "decode_speedup_low", "decode_speedup_high",
+            "ttft_s", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
+            "prefill_share", "peak_memory_mb", "accept_length", "accept_length_low", "accept_length_high",
+            "acceptance_rate", "equality_check", "equal_to_vanilla",
+            *[c for q in quality for c in (q, f"{q}_low", f"{q}_high", f"{q}_seed_std")]]
+    numeric = agg[[c for c in dict.fromkeys(cols) if c in agg]].copy()
+    text = pd.DataFrame(index=_index(agg))
+    cover = coverage_columns(agg)
+    if "settings" in agg and agg["settings"].fillna("").astype(str).str.len().any():
+        text["settings"] = [s if isinstance(s, str) and s else "-" for s in agg["settings"]]
+    text["samples"] = cover.pop("samples")
+    if "cells" in cover:
+        text["cells"] = cover.pop("cells")
+    text["tok/s"] = [fmt_cell(v) for v in agg["tokens_per_s"]]
+    text["speedup [95% CI]"] = [interval_cell(r, "speedup") for _, r in agg.iterrows()]
+    text["τ"] = [fmt_cell(v) for v in agg["accept_length"]]
+    text["α"] = [fmt_cell(v) for v in agg["acceptance_rate"]]
+    text["eq."] = [_equality_cell(r) for _, r in agg.iterrows()]
+    if prefill:
+        text["decode speedup [95% CI]"] = [interval_cell(r, "decode_speedup") for _, r in agg.iterrows()]
+        for col, head in (("ttft_s", "TTFT ms"), ("tpot_s", "TPOT ms")):
+            if col in agg and agg[col].notna().any():
+                text[head] = [fmt_cell(v * 1000.0 if v is not None and not pd.isna(v) else v, ".1f") for v in agg[col]]
+        text["prefill"] = [fmt_cell(v, ".0%") for v in agg.get("prefill_share", pd.Series([math.nan] * len(agg)))]
+    if seeds > 1:
+        text["seeds"] = [fmt_cell(int(v)) if not pd.isna(v) else "-" for v in columns.num(agg["seeds"])]
+    for q in quality:  # two decimals: a score over tens of problems has no third
+        text[q] = [interval_cell(r, q, ".2f") for _, r in agg.iterrows()]
+    for name, cells in cover.items():
+        text[name] = cells
+    text.columns.name = "decoder"
+    return numeric, text
+
+
+THEORY_COLUMNS = [("acceptance_rate", "α", ".3f"), ("gamma_used", "γ", ".2f"), ("cost_ratio", "c", ".3f"),
+                  ("cost_ratio_source", "c from", ""), ("theory_accept_length", "E[τ] theory", ".2f"),
+                  ("accept_length", "τ measured", ".2f"), ("theory_speedup", "speedup theory", ".2f"),
+                  ("speedup", "speedup measured", ".2f"), ("efficiency", "efficiency", ".2f")]
+
+
+#: The figures every formatted table reads: blank (``-``) in a table of cells none of which was measured.
+FIGURE_COLUMNS = ("tokens_per_s", "speedup", "speedup_total", "accept_length", "acceptance_rate", "equal_to_vanilla")
+
+
+def with_figures(agg: pd.DataFrame) -> pd.DataFrame:
+    """``agg`` with every :data:`FIGURE_COLUMNS` column (NaN where no cell had a figure row: a run whose every
+    cell failed is a table of its failures, not a KeyError)."""
+    missing = [c for c in FIGURE_COLUMNS if c not in agg]
+    return agg.assign(**{c: math.nan for c in missing}) if missing else agg
+
+
+def theory_table(agg: pd.DataFrame) -> pd.DataFrame:
+    """Formatted theory-vs-measurement table, decoders that draft as rows (with the samples their figures are
+    over, :func:`_samples_cell`)."""
+    sub = agg[agg["acceptance_rate"].notna()] if "acceptance_rate" in agg else agg.iloc[0:0]
+    text = pd.DataFrame(index=_index(sub) if len(sub) else pd.Index([]))
+    text["samples"] = [_samples_cell(r) for _, r in sub.iterrows()]
+    for col, name, fmt in THEORY_COLUMNS:
+        text[name] = [fmt_cell(v, fmt or ".2f") for v in sub[col]] if col in sub else []
+    text.columns.name = "decoder"
+    return text
+
+
+def category_table(rows: pd.DataFrame, **kwargs: Any) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """Speedup per category (Spec-Bench's subtasks, MT-Bench's categories), decoders as rows, plus
+    ``overall``; None when rows carry no category. Keyword arguments go to :func:`harness.rows.metrics.aggregate`.
+
+    Returns:
+        ``(numeric, text)``: the long per-(group, category, configuration) aggregate for CSV and the
+        formatted wide table.
+    """
+    col = figdata.category_column(rows)
+    if col is None:
+        return None
+    per = metrics.aggregate(rows[rows[col].notna()], by=(col,), **kwargs)
+    overall = metrics.aggregate(rows, **kwargs)
+    keys = list(dict.fromkeys(zip(overall["group"], overall["label"])))
+    cats = list(dict.fromkeys(per[col]))
+    index = pd.MultiIndex.from_tuples(keys) if overall["group"].nunique() > 1 else pd.Index([k[1] for k in keys])
+    text = pd.DataFrame(index=index, columns=[*map(str, cats), "overall"], dtype=object)
+    for i, (grp, lab) in enumerate(keys):
+        for c in cats:
+            m = per[(per["group"] == grp) & (per["label"] == lab) & (per[col] == c)]
+            text.iloc[i, cats.index(c)] = _category_cell(m.iloc[0]) if len(m) else "-"
+        m = overall[(overall["group"] == grp) & (overall["label"] == lab)]
+        text.iloc[i, len(cats)] = fmt_cell(m["speedup"].iloc[0]) if len(m) else "-"
+    for name, cells in coverage_columns(overall).items():  # overall's rows are the table's, in its order
+        text[name] = cells
+    text.columns.name = "decoder"
+    keep = ["group", col, "label", "decoder", *coverage.COVERAGE_COLUMNS, "tokens_per_s", "speedup", "speedup_low",
+            "speedup_high", "speedup_total", "accept_length", "acceptance_rate", "equal_to_vanilla"]
+    return per[[c for c in keep if c in per]], text
+
+
+def _category_cell(r: pd.Series) -> str:
+    """A category's speedup, with ``(k/n)`` when it is over fewer samples than the category has."""
+    n, total = columns.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
+    short = not pd.isna(n) and not pd.isna(total) and n < total
+    return fmt_cell(r.get("speedup")) + (f" ({int(n)}/{int(total)})" if short else "")
+
+
+def settings_caption(agg: pd.DataFrame) -> str:
+    """`` Settings: speculative_tuned: gamma=8; ...`` for the configurations that have settings."""
+    if "settings" not in agg:
+        return ""
+    pairs = dict.fromkeys((str(lab), str(s)) for lab, s in zip(agg["label"], agg["settings"]) if isinstance(s, str) and s)
+    return (" Settings: " + "; ".join(f"{lab}: {s}" for lab, s in pairs) + ".") if pairs else ""
+
+
+MAIN_CAPTION = ("tok/s: mean new tokens per second of the whole generate call (prefill included). speedup: mean "
+                "over samples of the paired ratio tok/s(decoder) / tok/s(vanilla) in the same run, with a 95% "
+                "bootstrap CI over samples and repeats. tau: new tokens per target forward (prefill included; "
+                "vanilla = 1). alpha: accepted / drafted tokens. eq.: fraction of samples whose tokens equal "
+                "vanilla's (n/a: sampled run, whose outputs are compared in distribution, not token by token).")
+PREFILL_CAPTION = (" decode speedup: the same paired mean for decode-only tok/s (tokens after the first emission / "
+                   "seconds after both models' prefills, the draft's prefill counted as prefill for every decoder). "
+                   "TTFT: mean time to the first new token; TPOT: mean time per output token after it. prefill: "
+                   "mean share of a call's wall time spent in both prefills.")
+SEEDS_CAPTION = (" Sampled runs over several seeds (runner.seed): speedups paired within each seed's run; quality = "
+                 "mean over seeds of each seed's mean, [95% Student-t interval over seeds].")
+
+
+COVERAGE_CAPTION = f" samples: {SAMPLES_MEANING}."
+CELLS_CAPTION = f" cells: {CELLS_MEANING}."
+FAILED_CAPTION = " failed: cells without a measurement, by status (the reasons are in report.md's warnings)."
+UNPAIRED_CAPTION = " unpaired: ok rows left out of every figure for want of an ok vanilla row to pair with."
+CLEAN_CAPTION = " Every cell was measured and paired with vanilla."
+
+
+def coverage_caption(agg: pd.DataFrame) -> str:
+    """What the coverage columns of :func:`coverage_columns` mean, for the columns shown; or that every cell
+    was measured and paired."""
+    shown = coverage_columns(agg)
+    text = COVERAGE_CAPTION + (CELLS_CAPTION if "cells" in shown else "") + \
+        (FAILED_CAPTION if "failed" in shown else "") + (UNPAIRED_CAPTION if "unpaired" in shown else "")
+    whole = not any("/" in c for c in [*shown["samples"], *shown.get("cells", [])])  # no row short of its group
+    return text + (CLEAN_CAPTION if whole and not {"failed", "unpaired"} & set(shown) else "")
+
+
+def main_caption(agg: pd.DataFrame) -> str:
+    """The main table's caption: the definitions of the columns it shows."""
+    return (MAIN_CAPTION + (PREFILL_CAPTION if has_prefill(agg) else "") + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
+            + coverage_caption(agg))
+
+
+CATEGORY_CAPTION = ("Speedup vs vanilla per category (mean of paired per-sample ratios; (k/n): over k of the "
+                    "category's n samples); overall: all samples.")
+THEORY_CAPTION = ("alpha: accepted / drafted tokens. gamma: configured draft length (else drafted tokens per "
+                  "step). c: draft / target forward cost (source in 'c from'). Theory: Leviathan et al. 2023 eq. 1, "
+                  "E[tau] = (1 - alpha^(gamma+1)) / (1 - alpha), speedup = E[tau] / (gamma c + 1); meaningful "
+                  "for linear-chain drafting. efficiency = measured speedup / measured tau.")
+
+
+def subtitle(agg: pd.DataFrame) -> str:
+    """``model pair · dtype · hardware · task (n samples)`` of an aggregate (distinct values joined)."""
+    def join(col: str) -> str:
+        if col not in agg:
+            return "-"
+        return ", ".join(dict.fromkeys(columns.fmt_value(v) for v in agg[col]))
+
+    tasks = ", ".join(_task_size(t, g) for t, g in agg.groupby("task", sort=False)) if "task" in agg else ""
+    parts = [join("model_pair"), join("dtype"), join("device_name"), tasks]
+    temps = columns.num(agg["temperature"]).dropna() if "temperature" in agg else pd.Series(dtype=float)
+    if (temps > 0).any():  # sampled runs say so (greedy is the default and goes unsaid)
+        parts.append("temperature " + ", ".join(dict.fromkeys(columns.fmt_value(t) for t in temps)))
+    return " · ".join(parts)
+
+
+def _task_size(task: str, agg: pd.DataFrame) -> str:
+    """``humaneval (5 samples)``; ``(3 of 5 samples)`` when every row's figures are over fewer samples than the
+    task has, ``(3-5 of 5 samples per decoder)`` when the rows differ."""
+    n = columns.num(agg["paired_samples"] if "paired_samples" in agg else agg["samples"]).dropna()
+    total = columns.num(agg["group_samples"] if "group_samples" in agg else agg["samples"]).max()
+    lo, hi = (int(n.min()), int(n.max())) if len(n) else (0, 0)
+    total = int(total) if not pd.isna(total) else hi
+    if lo == hi == total:
+        return f"{task} ({total} samples)"
+    return f"{task} ({lo} of {total} samples)" if lo == hi else f"{task} ({lo}-{hi} of {total} samples per decoder)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures
+def figure_frames(rows: pd.DataFrame, agg: pd.DataFrame, **kwargs: Any) -> dict[str, Any]:
+    """Everything :func:`plots.draw_all` draws, aggregated by :mod:`harness.rows.metrics`."""
+    return {"agg": agg, "positions": figdata.acceptance_per_position(rows), "breakdown": figdata.time_breakdown(rows),
+            "warm_cold": figdata.warm_cold(rows, **kwargs), "swept": grouping.swept_by_class(grouping.ok_rows(rows))}
+
+
+def write_figures(rows: pd.DataFrame, agg: pd.DataFrame, out_dir: str | Path, only: Sequence[str] | None = None,
+                  **kwargs: Any) -> dict[str, list[Path]]:
+    """Draw the figures of ``rows`` (aggregate ``agg``) into ``out_dir`` via :func:`plots.draw_all`."""
+    import plots
+
+    return plots.draw_all(figure_frames(rows, agg, **kwargs), out_dir, only=only, subtitle=subtitle(agg))
+
+
+# --------------------------------------------------------------------------------------------------
+# The report
+def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None, cost_ratio: float | None = None,
+                 n_boot: int = 2000, seed: int = 0, *, pool: bool = False, plots: bool = False,
+                 only: Sequence[str] | None = None, spec_bench: Sequence[str | Path] = (),
+                 spec_bench_baseline: str | None = None) -> dict[str, Path]:
+    """Build every table (and, with ``plots``, every figure) from the result files under ``paths`` (and
+    Spec-Bench answer files ``spec_bench``) into ``out_dir``.
+
+    Returns:
+        name -> written path (figures as ``figures/<name>.png``).
+
+    Raises:
+        ValueError: no rows. FileNotFoundError: a path does not exist.
+    """
+    rows = load_all(paths, pool, spec_bench, spec_bench_baseline)
+    if rows.empty:
+        raise ValueError(f"no result rows under {', '.join(map(str, [*paths, *spec_bench]))}")
+    out = Path(out_dir) if out_dir else Path((list(paths) or list(spec_bench))[0]) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    kw = dict(n_boot=n_boot, seed=seed, pool=pool)
+    agg = metrics.aggregate(rows, cost_ratio=cost_ratio, **kw)
+    quality = grouping.quality_columns(rows)
+    written: dict[str, Path] = {}
+
+    def put(name: str, text: str) -> None:
+        (out / name).write_text(text)
+        written[name] = out / name
+
+    def csv(name: str, frame: pd.DataFrame) -> None:
+        frame.to_csv(out / name, index=False)
+        written[name] = out / name
+
+    numeric, text = main_table(agg, quality)
+    caption = main_caption(agg)
+    csv("main.csv", numeric)
+    put("main.md", markdown(text) + "\n")
+    put("main.tex", latex_by_group(text, caption + settings_caption(agg), "tab:main"))
+    sections = ["## Main results\n\n" + caption + "\n\n" + markdown(text)]
+    cat = category_table(rows, **kw)
+    if cat is not None:
+        csv("category.csv", cat[0])
+        put("category.md", markdown(cat[1]) + "\n")
+        put("category.tex", latex(cat[1], CATEGORY_CAPTION + coverage_caption(agg), "tab:category"))
+        sections.append("## Speedup per category\n\n" + CATEGORY_CAPTION + coverage_caption(agg) + "\n\n"
+                        + markdown(cat[1]))
+    theory = theory_table(agg)
+    csv("theory.csv", agg[["group", "label", *[c for c in ("paired_samples", "group_samples") if c in agg],
+                           *[c for c, _, _ in THEORY_COLUMNS if c in agg]]])
+    put("theory.md", markdown(theory) + "\n")
+    put("theory.tex", latex(theory, THEORY_CAPTION, "tab:theory"))
+    sources = ", ".join(sorted(set(agg.get("cost_ratio_source", pd.Series(dtype=str)).dropna())))
+    sections.append("## Theory vs measurement\n\n" + THEORY_CAPTION + (f" Cost ratio from: {sources}." if sources
+                                                                         else "") + "\n\n" + markdown(theory))
+    detail = agg.copy()
+    detail["warnings"] = ["; ".join(w) for w in detail["warnings"]]
+    csv("detail.csv", detail)
+    groups = "\n".join(f"- {g}" for g in dict.fromkeys(agg["group"]))
+    loaded = list(rows.attrs.get("warnings", []))  # logged as the rows were read
+    code_facts, unscored = code_execution_lines(rows)  # isolation of executed code; quality never scored
+    none = columns.code_isolation_text("none")
+    unisolated = [f"{none} (rows with code_isolation=none)"] if any(none in f for f in code_facts) else []
+    warns = list(dict.fromkeys([*loaded, *flags.run_warnings(agg), *unscored, *unisolated]))
+    for w in warns[len(loaded):]:
+        log.warning("%s", w)
+    head = [f"# Report\n\nSources: {', '.join(_shown(f) for f in (find_result_files(paths) if paths else []))}"
+            + (f"; Spec-Bench answers: {', '.join(map(str, spec_bench))}" if spec_bench else ""),
+            f"Run groups (rows of different run identities are never pooled{'; POOLED with --pool' if pool else ''}):"
+            f"\n\n{groups}\n\n{subtitle(agg)}" + "".join(f"\n\n{fact}" for fact in code_facts)]
+    if warns:
+        head.append("## Warnings\n\n" + "\n".join(f"- {w}" for w in warns))
+    put("report.md", "\n\n".join(head + sections) + "\n")
+    if plots:
+        figs = write_figures(rows, agg, out / "figures", only, n_boot=n_boot, seed=seed)
+        written.update({f"figures/{name}.png": paths_[0] for name, paths_ in figs.items()})
+    return written
+
+
+def tracked(folder: str | Path) -> bool:
+    """Whether git tracks files under ``folder`` (a committed reference run, whose report only
+    ``benchmarks/references.py`` rewrites); False outside a git checkout."""
+    import subprocess
+
+    folder = Path(folder)
+    if not folder.exists():
+        return False
+    try:
+        out = subprocess.run(["git", "ls-files", "--", "."], cwd=folder, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (reports are committed)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("run_dirs", nargs="*", help="run folders, multirun sweep folders or results.jsonl files")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: <first RUN>/report; refused where that folder is committed)")
+    parser.add_argument("--plots", action="store_true", help="also draw the figures into <out>/figures")
+    parser.add_argument("--only", nargs="+", default=None, metavar="FIG", help="with --plots: only these figures")
+    parser.add_argument("--pool", action="store_true",
+                        help="pool rows of different run identities (code version, dtype, machine, ...) that share "
+                             "task and model pair; off by default, a warning names what is pooled")
+    parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), default=None,
+                        help="compare two runs per decoder: both figures, their ratio B/A and a CI")
+    parser.add_argument("--spec-bench", nargs="+", default=(), metavar="ANSWERS",
+                        help="also read Spec-Bench answer files (files or folders of *.jsonl)")
+    parser.add_argument("--spec-bench-baseline", default=None, metavar="MODEL_ID",
+                        help="model_id of the Spec-Bench baseline file (default: the one named *vanilla*/*baseline*)")
+    parser.add_argument("--export-spec-bench", default=None, metavar="DIR",
+                        help="write the rows as Spec-Bench answer files (one JSONL per decoder) into DIR")
+    parser.add_argument("--cost-ratio", type=float, default=None,
+                        help="draft/target forward cost ratio c for the theory table (default: measured)")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.compare:
+            if args.run_dirs:
+                parser.error("--compare takes its two runs itself; drop the positional RUN arguments")
+            _, md = compare.write_compare(*args.compare, args.out, args.bootstrap, args.seed)
+            print(md)
+            if args.out:
+                print(f"written to {args.out}: compare.md, compare.csv")
+            return 0
+        if not args.run_dirs and not args.spec_bench:
+            parser.error("give at least one RUN (or --spec-bench ANSWERS, or --compare A B)")
+        if args.export_spec_bench:
+            from harness.exchange.specbench import export_answers
+
+            files = export_answers(load_all(args.run_dirs, args.pool), args.export_spec_bench)
+            print(f"Spec-Bench answer files: {', '.join(map(str, files))}")
+        if args.out is None and args.run_dirs:
+            run = Path(args.run_dirs[0])
+            if tracked(run):
+                raise ValueError(f"{run} is a committed run (git tracks its files): pass --out DIR for a report "
+                                 "elsewhere; the committed reports are regenerated by `python "
+                                 "benchmarks/references.py`")
+        written = write_report(args.run_dirs, args.out, args.cost_ratio, args.bootstrap, args.seed, pool=args.pool,
+                               plots=args.plots, only=args.only, spec_bench=args.spec_bench,
+                               spec_bench_baseline=args.spec_bench_baseline)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = written["main.md"].parent
+    print(out.joinpath("main.md").read_text())
+    print(f"written to {out}: {', '.join(written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

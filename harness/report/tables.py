@@ -1,0 +1,259 @@
+"""Tables as text: the summary's markdown (:func:`to_markdown`: a figure with its interval as one
+``x [low, high]`` cell, "n too small" where there are too few samples for an interval, quality at two decimals,
+columns that say nothing left out, the warnings above the table and the legend from the rows schema,
+:data:`SUMMARY_LEGEND`), and the report's formatted tables as markdown (:func:`markdown`) and booktabs LaTeX
+that fits a page (:func:`latex`, :func:`latex_by_group`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness.rows.columns import EQUALITY_SAMPLED, SUMMARY_MD_COLUMNS, legend, num
+from harness.rows.stats import MIN_INTERVAL_SAMPLES
+
+log = logging.getLogger(__name__)
+
+
+#: Figures of ``summary.md`` printed with their interval (``x [low, high]``), besides the quality columns.
+MD_INTERVALS = ("speedup", "decode_speedup")
+
+
+#: What ``samples`` means in every printed table (summary.md and the report's), and ``cells``, printed beside it
+#: for a multi-turn task (MT-Bench: a sample has one cell per turn). summary.csv and main.csv keep the counts
+#: apart: ``paired_samples`` / ``group_samples`` (and ``samples``: those with an ok row, paired or not).
+SAMPLES_MEANING = ("the samples a row's figures are computed over (k/n: k of its run group's n); every figure of a "
+                   "decoder, tok/s included, is over its rows paired with an ok vanilla row of the same sample, turn "
+                   "and repeat")
+CELLS_MEANING = ("the same for (sample, turn) cells, shown for a multi-turn task where a row misses some: a decoder "
+                 "that lost a later turn of a sample covers fewer cells of it")
+
+
+def coverage_cell(r: Mapping[str, Any], unit: str = "samples") -> str:
+    """The ``samples`` (or ``cells``) cell of a table row: ``5``, or ``3/5`` when its figures are over 3 of its
+    run group's 5 (``paired_<unit>`` of ``group_<unit>``; ``<unit>`` alone for rows without them)."""
+    n, total = num(pd.Series([r.get(f"paired_{unit}"), r.get(f"group_{unit}")]))
+    if pd.isna(n):
+        v = num(pd.Series([r.get(unit)])).iloc[0]
+        return "-" if pd.isna(v) else f"{int(v)}"
+    return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
+
+
+def show_cells(agg: pd.DataFrame) -> bool:
+    """Whether a table shows ``cells`` beside ``samples``: a group has more cells than samples (turns) and a
+    row's figures miss some of them (where every row covers every cell, ``samples`` says it all)."""
+    if not {"group_cells", "group_samples", "paired_cells"} <= set(agg.columns):
+        return False
+    turns = num(agg["group_cells"]) > num(agg["group_samples"])
+    return bool((turns & (num(agg["paired_cells"]) < num(agg["group_cells"]))).any())
+
+
+#: The legend under the summary's table (and the report's definitions): each printed column's meaning from
+#: the rows schema, then how to read the intervals.
+SUMMARY_LEGEND = "; ".join([f"samples = {SAMPLES_MEANING}", f"cells = {CELLS_MEANING}", legend(
+    [c for c in SUMMARY_MD_COLUMNS if c not in ("samples", "paired_samples")])]) + (
+    f"; [low, high] = 95% bootstrap interval over samples and repeats (quality: Wilson over samples for a 0/1 "
+    f"score, Student-t over seeds for sampled runs); no interval below {MIN_INTERVAL_SAMPLES} samples ("
+    "n too small)")
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f", columns: Sequence[str] | None = None,
+                notes: Sequence[str] = ()) -> str:
+    """Markdown table (numbers right-aligned; pandas' ``to_markdown`` needs tabulate, this does not).
+
+    For a :func:`summarize` frame: the columns of :data:`SUMMARY_MD_COLUMNS` plus the quality means, a
+    figure with an interval printed as one ``x [low, high]`` cell, ``equal_to_vanilla`` as ``n/a`` for
+    sampled cells; columns that say nothing here are left out (the group when there is one, repeats and
+    rows without repeats, seeds of greedy runs, prefill columns the rows do not record, cross-process
+    pairs when there are none, load when not recorded). ``notes`` and ``attrs["warnings"]`` precede the
+    table as a list.
+    """
+    warnings = list(dict.fromkeys([*notes, *df.attrs.get("warnings", [])]))
+    if columns is None and "quality" in df.attrs:
+        df, columns = _summary_md_frame(df)
+    elif columns is None:
+        columns = [c for c in df.columns if c != "warnings"]
+    cells = [[_md_cell(v, floatfmt) for v in df[c]] for c in columns]
+    numeric = [c != "label" and c != "group" and (pd.api.types.is_numeric_dtype(df[c])
+                                                   or c in _md_interval_columns(df.attrs))
+               and not pd.api.types.is_bool_dtype(df[c]) for c in columns]
+    lines = ["| " + " | ".join(map(str, columns)) + " |",
+             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    for i in range(len(df)):
+        lines.append("| " + " | ".join(col[i] for col in cells) + " |")
+    text = "\n".join(lines)
+    if warnings:
+        text = "Warnings:\n" + "\n".join(f"- {w}" for w in warnings) + "\n\n" + text
+    return text
+
+
+def _md_interval_columns(attrs: Mapping[str, Any]) -> list[str]:
+    return list(attrs.get("_interval_columns", []))
+
+
+def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.DataFrame, list[str]]:
+    """The frame and columns :func:`to_markdown` prints for a :func:`summarize` frame."""
+    df = summary.copy()
+    quality = list(summary.attrs.get("quality", []))
+
+    def blank(c: str) -> bool:
+        return c not in df or num(df[c]).isna().all()
+
+    columns = [c for c in SUMMARY_MD_COLUMNS if c in df] + [q for q in quality if q in df]
+    intervals: list[str] = []  # columns printed as text but aligned as numbers
+    drop = {"group"} if "group" in df and df["group"].nunique() <= 1 else set()
+    if "repeats" in df and (num(df["repeats"]).fillna(1) <= 1).all():
+        drop.add("repeats")
+    if {"rows", "paired_samples"} <= set(df.columns) and (num(df["rows"]) == num(df["paired_samples"])).all():
+        drop.add("rows")
+    drop.add("paired_samples")  # printed in samples: k/n, as the report prints it
+    if "samples" in df:
+        df["samples"] = [coverage_cell(r) for r in df.to_dict("records")]
+        intervals.append("samples")
+        if show_cells(df):
+            df["cells"] = [coverage_cell(r, "cells") for r in df.to_dict("records")]
+            columns.insert(columns.index("samples") + 1, "cells")
+            intervals.append("cells")
+    if "unpaired" in df and (num(df["unpaired"]).fillna(0) == 0).all():
+        drop.add("unpaired")
+    if "failed" in df and "failed_statuses" in df:  # how many and why: "2 error, 1 prompt_too_long"
+        df["failed"] = [s if isinstance(s, str) and s else _md_cell(n, "g") for n, s in
+                        zip(df["failed"], df["failed_statuses"])]
+        intervals.append("failed")
+    if "seeds" in df and (num(df["seeds"]).fillna(0) <= 1).all():
+        drop.add("seeds")
+    if "paired_across_processes" in df and (num(df["paired_across_processes"]).fillna(0) == 0).all():
+        drop.add("paired_across_processes")
+    drop |= {c for c in ("decode_speedup", "ttft_s", "tpot_s", "prefill_share", "load_max") if blank(c)}
+    columns = [c for c in columns if c not in drop]
+    n = num(df["paired_samples"] if "paired_samples" in df else df.get("samples", pd.Series(0, index=df.index)))
+    for c in columns:
+        if (c in MD_INTERVALS or c in quality) and f"{c}_low" in df:
+            fmt = ".2f" if c in quality else floatfmt  # a score over tens of problems has two digits, not three
+
+            def cell(v: Any, lo: float, hi: float, k: float, fmt: str = fmt) -> str:
+                if pd.isna(v):
+                    return ""
+                if not pd.isna(lo):
+                    return f"{_md_cell(v, fmt)} [{lo:{fmt}}, {hi:{fmt}}]"
+                return _md_cell(v, fmt) + (" (n too small)" if k < MIN_INTERVAL_SAMPLES else "")
+
+            df[c] = [cell(v, lo, hi, k) for v, lo, hi, k in
+                     zip(df[c], num(df[f"{c}_low"]), num(df[f"{c}_high"]), n.fillna(0))]
+            intervals.append(c)
+    if "equal_to_vanilla" in df and "equality_check" in df:
+        sampled = df["equality_check"].astype(str) == EQUALITY_SAMPLED
+        df["equal_to_vanilla"] = [("n/a" if s else v) for s, v in zip(sampled, df["equal_to_vanilla"])]
+        intervals.append("equal_to_vanilla")
+    df.attrs["_interval_columns"] = intervals
+    return df, columns
+
+
+def _md_cell(v: Any, floatfmt: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (float, np.floating)):
+        return format(float(v), floatfmt)
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+# ------------------------------------------------------------------------------------------------ report tables
+def fmt_cell(v: Any, fmt: str = ".2f") -> str:
+    """A table cell: ``-`` for a missing value, booleans in lower case, floats in ``fmt``."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return str(v).lower()
+    if isinstance(v, (float, np.floating)):
+        return format(float(v), fmt)
+    return str(v)
+
+
+def interval_cell(r: pd.Series, col: str, fmt: str = ".2f") -> str:
+    """``x [low, high]``; ``x (n too small)`` where the row's samples are too few for an interval."""
+    if pd.isna(r.get(col)):
+        return "-"
+    if pd.isna(r.get(f"{col}_low")):
+        n = num(pd.Series([r.get("paired_samples", r.get("samples"))])).iloc[0]
+        few = not pd.isna(n) and n < MIN_INTERVAL_SAMPLES and f"{col}_low" in r
+        return format(r[col], fmt) + (" (n too small)" if few else "")
+    return f"{r[col]:{fmt}} [{r[f'{col}_low']:{fmt}}, {r[f'{col}_high']:{fmt}}]"
+
+
+#: LaTeX spellings of the main and theory tables' headers.
+TEX_HEADERS = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "E[τ] theory": r"E[$\tau$] theory",
+               "τ measured": r"$\tau$ measured"}
+
+
+def markdown(text: pd.DataFrame) -> str:
+    """Markdown of a formatted table: index columns left-aligned, values right-aligned."""
+    idx = text.index
+    n_idx = idx.nlevels
+    head = (["run", text.columns.name or ""] if n_idx == 2 else [text.columns.name or ""]) + list(map(str,
+                                                                                                   text.columns))
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * n_idx + ["---:"] * len(text.columns)) + "|"]
+    for key, row in zip(idx, text.itertuples(index=False)):
+        keys = list(key) if n_idx > 1 else [key]
+        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in [*keys, *row]) + " |")
+    return "\n".join(lines)
+
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def tex_escape(s: Any) -> str:
+    """LaTeX-escape plain text (captions)."""
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
+
+
+def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
+    """A booktabs table of a formatted table, written by pandas' ``Styler.to_latex`` (``hrules=True``):
+    index columns left-aligned, value columns right-aligned, cells and headers LaTeX-escaped."""
+    n_idx = text.index.nlevels
+    styler = (text.style.format(escape="latex")
+              .format_index(escape="latex", axis=0)
+              .format_index(lambda c: TEX_HEADERS.get(c, c), escape="latex", axis=1))
+    kwargs: dict[str, Any] = {"hrules": True, "column_format": "l" * n_idx + "r" * text.shape[1],
+                              "position": "t", "position_float": "centering"}
+    if n_idx > 1:
+        kwargs.update(sparse_index=True, multirow_align="naive")
+    if caption:
+        kwargs["caption"] = tex_escape(caption)
+    if label:
+        kwargs["label"] = label
+    return styler.to_latex(**kwargs)
+
+
+#: Columns the LaTeX main table leaves out so that it fits a page (main.md and main.csv keep them; the settings
+#: go to the caption).
+LATEX_DROP = ("tok/s", "decode speedup [95% CI]", "TTFT ms", "TPOT ms", "prefill", "settings")
+
+
+def latex_by_group(text: pd.DataFrame, caption: str, label: str) -> str:
+    """The main table as LaTeX that fits a page: one booktabs table per run group (the group named once, in its
+    caption, not in a column), without the columns of :data:`LATEX_DROP`. The first table carries the full
+    caption; the others refer to it."""
+    text = text[[c for c in text.columns if c not in LATEX_DROP]]
+    caption += " (tok/s, decode speedup, TTFT, TPOT and the prefill share: main.md and main.csv.)"
+    if text.index.nlevels == 1:
+        return _small(latex(text, caption, label))
+    out = []
+    for i, group in enumerate(dict.fromkeys(text.index.get_level_values(0))):
+        sub = text.xs(group, level=0)
+        sub.columns.name = text.columns.name
+        cap = f"Run group: {group}. " + (caption if i == 0 else "Columns as in the first run group's table.")
+        out.append(_small(latex(sub, cap, f"{label}-{i + 1}")))
+    return "\n".join(out)
+
+
+def _small(tex: str) -> str:
+    """A table set in ``\\small`` (right after ``\\centering``)."""
+    return tex.replace("\\centering\n", "\\centering\n\\small\n", 1)

@@ -1,0 +1,317 @@
+"""Result rows as the aggregation reads them: checks (:func:`check_columns`), defaults (:func:`prepare`),
+configuration labels (``speculative (gamma=8)``), model pairs, run groups (rows of one setting; runs that
+differ are never pooled, see :mod:`harness.rows.metrics`), sampled rows, quality columns and draft shapes.
+Pure functions of DataFrames.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from harness.rows.columns import (NULLABLE_OK_COLUMNS, REQUIRED_OK_COLUMNS, RUN_IDENTITY_FIELDS, SAMPLING_DEFAULTS,
+                             fmt_value, norm, num)
+
+log = logging.getLogger(__name__)
+
+
+#: Identity fields that are hashes: shown in a group label only when no readable field tells the groups apart.
+HASH_IDENTITY_FIELDS = ("group_identity",)
+#: Identity fields kept when pooling (``pool=True``).
+POOLED_IDENTITY_FIELDS = ("task", "target_model", "draft_model")
+#: Score columns recognised when neither the caller nor the rows declare a task's quality columns.
+KNOWN_QUALITY_COLUMNS = ("pass@1", "accuracy", "exact_match", "rouge1", "rouge2", "rougeL", "rougeLsum")
+#: Keys of a decoder config that are not hyper-parameters.
+NON_PARAM_KEYS = ("_target_", "_partial_", "uses_draft")
+
+
+def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with ``status == "ok"`` (all rows when there is no status column)."""
+    return rows[rows["status"] == "ok"] if "status" in rows else rows
+
+
+def params_of(s: Any) -> dict[str, Any]:
+    """A row's ``decoder_params`` JSON as a dict (``{}`` for anything else)."""
+    if isinstance(s, str):
+        try:
+            p = json.loads(s)
+            return p if isinstance(p, dict) else {}
+        except json.JSONDecodeError:
+            return {}
+    return {}
+
+
+def decoder_param_columns(rows: pd.DataFrame) -> list[str]:
+    """Hyper-parameter names found in the rows' ``decoder_params`` JSON, in first-seen order."""
+    names: dict[str, None] = {}
+    if "decoder_params" not in rows:
+        return []
+    for s in rows["decoder_params"].dropna().unique():
+        names.update(dict.fromkeys(params_of(s)))
+    return list(names)
+
+
+def swept_params(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """decoder -> the hyper-parameters that take more than one value among its rows."""
+    out: dict[str, list[str]] = {}
+    if "decoder_params" not in rows:
+        return {d: [] for d in dict.fromkeys(rows["decoder"])}
+    for decoder, g in rows.groupby("decoder", sort=False):
+        params = [params_of(s) for s in g["decoder_params"].dropna().unique()]
+        keys = dict.fromkeys(k for p in params for k in p)
+        out[decoder] = [k for k in keys if len({json.dumps(norm(p.get(k))) for p in params}) > 1]
+    return out
+
+
+def decoder_classes(rows: pd.DataFrame) -> pd.Series:
+    """Per row: the decoder's class (``decoder_class``); rows written before that column: the decoder name."""
+    if "decoder_class" in rows:
+        return rows["decoder_class"].where(rows["decoder_class"].notna(), rows["decoder"]).astype(str)
+    return rows["decoder"].astype(str)
+
+
+def swept_by_class(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """decoder class -> the hyper-parameters that take more than one value among its configurations (a grid
+    of named configurations, ``lookahead_w4n3g4``, ``lookahead_w8n3g8``, ..., sweeps ``window_size`` and
+    ``guess_set_size`` of ``LookaheadDecoder``): the x axes of the sweep figure."""
+    return swept_params(rows.assign(decoder=decoder_classes(rows)))
+
+
+def config_labels(rows: pd.DataFrame) -> pd.Series:
+    """Label of each row's decoder configuration: the decoder name, plus ``(k=v, ...)`` for its
+    hyper-parameters that vary among the rows (a gamma sweep gives ``speculative (gamma=2)``, ...). Integral
+    values print as integers."""
+    varying = swept_params(rows)
+    params = rows["decoder_params"] if "decoder_params" in rows else pd.Series([None] * len(rows), index=rows.index)
+    labels = []
+    for dec, ps in zip(rows["decoder"], params):
+        keys = varying.get(dec) or []
+        if not keys:
+            labels.append(str(dec))
+            continue
+        p = params_of(ps)
+        labels.append(f"{dec} (" + ", ".join(f"{k}={fmt_value(p.get(k))}" for k in keys) + ")")
+    return pd.Series(labels, index=rows.index, dtype=object)
+
+
+#: Hyper-parameters always named in a configuration's settings (the field's core terms) ...
+CORE_PARAMS = ("gamma", "window_size", "ngram_size", "guess_set_size", "topk", "max_ngram_size", "num_draft_tokens",
+               "num_nodes")
+#: ... their short names, and the names of extensions (a boolean one is named without its value when on) ...
+SHORT_NAMES = {"window_size": "W", "ngram_size": "N", "guess_set_size": "G", "max_ngram_size": "n",
+               "num_draft_tokens": "draft tokens", "num_nodes": "nodes",
+               "num_assistant_tokens_schedule": "schedule", "assistant_confidence_threshold": "threshold",
+               "pool_from_prompt": "prompt n-grams", "free_draft_min_match": "free drafts from",
+               "draft_vocab_size": "draft vocab", "stop_confidence": "stop below", "branch_confidence": "branch below",
+               "cost_aware": "cost-aware", "copy_tokens": "copy", "draft_on_copy": "draft on copy"}
+#: ... and parameters that are bookkeeping, never shown.
+HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches", "threshold", "max_depth")
+#: Options that mean something only when another is on (option -> the one it depends on).
+DEPENDENT_PARAMS = {"draft_on_copy": "copy_tokens", "max_branches": "branch_confidence"}
+#: Values that mean "off" when no schema default is at hand.
+_OFF = (None, False, 0, 0.0, "")
+#: Order of the settings when the caller gives none: the core terms, then the named extensions.
+_ORDER = (*CORE_PARAMS, *SHORT_NAMES)
+
+
+def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = None,
+                   order: Sequence[str] = (), hidden: Sequence[str] = HIDDEN_PARAMS) -> str:
+    """A configuration's settings as a reader compares them: the core hyper-parameters always, every other
+    setting only when it is off its default (``defaults``: the decoder schema's, when the caller has them;
+    else off means false, zero or empty), booleans by name; e.g. ``gamma=8`` or ``gamma=6, W=4, N=4, G=4,
+    topk=3, prompt n-grams, free drafts from=3``. Empty for a decoder without settings.
+
+    Args:
+        decoder_params: the row's ``decoder_params`` (JSON text) or a dict.
+        defaults: parameter -> default (e.g. :data:`harness.config.schemas.DECODER_SCHEMAS` fields).
+        order: parameter order (the schema's); others follow in their own order.
+        hidden: parameters never shown (default :data:`HIDDEN_PARAMS`, the bookkeeping a reader of a table
+            does not compare; a run's own summary passes none, so a sweep over ``threshold`` is named).
+    """
+    p = decoder_params if isinstance(decoder_params, Mapping) else params_of(decoder_params)
+    order = list(order) or list(_ORDER)
+    keys = sorted(p, key=lambda k: order.index(k) if k in order else len(order))
+    shown = []
+    for k in keys:
+        v = p[k]
+        if k.startswith("_") or k in NON_PARAM_KEYS or k in hidden:
+            continue
+        if k in DEPENDENT_PARAMS and norm(p.get(DEPENDENT_PARAMS[k])) in _OFF:
+            continue
+        if k not in CORE_PARAMS:
+            if defaults is not None and k in defaults and norm(defaults[k]) == norm(v):
+                continue
+            if (defaults is None or k not in defaults) and norm(v) in _OFF:
+                continue
+        name = SHORT_NAMES.get(k, k)
+        shown.append(name if v is True else f"{name}={'default' if v is None else fmt_value(v)}")
+    return ", ".join(shown)
+
+
+def model_pair(rows: pd.DataFrame) -> pd.Series:
+    """``target / draft`` per row (``target`` alone without a draft)."""
+    target = rows["target_model"] if "target_model" in rows else pd.Series([None] * len(rows), index=rows.index)
+    if "model" in rows:
+        target = target.where(target.notna(), rows["model"])
+    draft = rows["draft_model"] if "draft_model" in rows else pd.Series([None] * len(rows), index=rows.index)
+    return pd.Series([str(t) if d is None or (isinstance(d, float) and math.isnan(d)) else f"{t} / {d}"
+                      for t, d in zip(target, draft)], index=rows.index, dtype=object)
+
+
+def identity_fields(rows: pd.DataFrame, pool: bool = False) -> list[str]:
+    """The run-identity columns present in ``rows`` (:data:`RUN_IDENTITY_FIELDS`, or
+    :data:`POOLED_IDENTITY_FIELDS` when pooling)."""
+    fields = POOLED_IDENTITY_FIELDS if pool else RUN_IDENTITY_FIELDS
+    return [f for f in fields if f in rows]
+
+
+def _short(field: str, value: Any) -> str:
+    v = fmt_value(value)
+    if field in HASH_IDENTITY_FIELDS:
+        return v[:8]
+    return v[:7] if field == "git_commit" and len(v) > 12 else v
+
+
+def run_groups(rows: pd.DataFrame, pool: bool = False) -> tuple[pd.Series, list[str]]:
+    """Group label of each row (one group per setting, see the module docstring) and the identity fields that
+    vary.
+
+    The label is ``task: target / draft``, plus ``(field=value, ...)`` for the readable identity fields that
+    differ between the groups (``git_commit`` shortened to 7 characters, e.g. ``temperature=0.7``); the hash
+    ``group_identity`` (8 characters) is added only to labels that the readable fields leave equal for
+    different groups (two runs that differ in, say, a model seed or the prompt style). With ``pool=True`` only
+    task and model pair separate groups, and a warning names the identity fields that were pooled.
+
+    Returns:
+        ``(labels, varying)``: a Series aligned with ``rows`` and the varying identity fields.
+    """
+    fields = identity_fields(rows, pool)
+    keys = [tuple(norm(v) for v in t) for t in rows[fields].itertuples(index=False, name=None)] if fields else \
+        [()] * len(rows)
+    shown = {"task", "model", "target_model", "draft_model"}
+    varying = [f for i, f in enumerate(fields) if len({k[i] for k in keys}) > 1]  # None counts as a value
+    extra = [(i, f) for i, f in enumerate(fields) if f in varying and f not in shown
+             and f not in HASH_IDENTITY_FIELDS]
+    hashed = [(i, f) for i, f in enumerate(fields) if f in varying and f in HASH_IDENTITY_FIELDS]
+    task = rows["task"].astype(str) if "task" in rows else pd.Series(["-"] * len(rows), index=rows.index)
+    base = task + ": " + model_pair(rows)
+    if extra:
+        base = base + [" (" + ", ".join(f"{f}={_short(f, k[i])}" for i, f in extra) + ")" for k in keys]
+    if hashed:
+        label_keys: dict[str, set] = {}
+        for lab, k in zip(base, keys):
+            label_keys.setdefault(lab, set()).add(k)
+        base = pd.Series([lab if len(label_keys[lab]) == 1 else
+                          f"{lab} [" + ", ".join(f"{f}={_short(f, k[i])}" for i, f in hashed) + "]"
+                          for lab, k in zip(base, keys)], index=rows.index, dtype=object)
+    if pool:
+        hidden = [f for f in identity_fields(rows) if f not in fields and len({norm(v) for v in rows[f]}) > 1]
+        if hidden:
+            log.warning("POOLING rows that differ in %s (pool=True): the numbers mix runs that are not the same "
+                        "experiment", ", ".join(hidden))
+    return base.astype(object), varying
+
+
+def is_sampled(rows: pd.DataFrame) -> pd.Series:
+    """Per row: whether it was sampled (``equality_check`` says so, or ``temperature > 0``); rows without
+    either column were greedy (the harness sampled nothing before these columns existed)."""
+    out = pd.Series(False, index=rows.index, dtype=bool)
+    if "equality_check" in rows:
+        out |= rows["equality_check"].astype(str).str.startswith("n/a")
+    if "temperature" in rows:
+        out |= num(rows["temperature"]).fillna(0) > 0
+    return out
+
+
+def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
+    """``rows`` with the columns every aggregate needs: ``model_pair``, ``label`` (decoder configuration),
+    ``group`` (run identity) and defaults for missing bookkeeping columns: the greedy defaults of the sampling
+    columns where a row lacks them (:data:`SAMPLING_DEFAULTS`), and ``group_identity`` from ``run_identity``
+    for rows written before it existed. Idempotent."""
+    rows = rows.copy()
+    check_columns(rows)
+    for c, default in (("status", "ok"), ("decoder_params", "{}"), ("turn", 0), ("repeat", 0), ("run_id", "run")):
+        if c not in rows:
+            rows[c] = default
+    for c in ("tokens_per_s", "wall_time_s", "new_tokens", "num_steps"):  # rows that never ran (no ok row)
+        if c not in rows:
+            rows[c] = math.nan
+    rows["turn"] = rows["turn"].fillna(0)
+    rows["repeat"] = rows["repeat"].fillna(0)
+    for c, default in SAMPLING_DEFAULTS.items():
+        if c in rows:
+            rows[c] = rows[c].where(rows[c].notna(), default)
+    if "run_identity" in rows:
+        fallback = rows["run_identity"]
+        rows["group_identity"] = rows["group_identity"].where(rows["group_identity"].notna(), fallback) \
+            if "group_identity" in rows else fallback
+    rows["model_pair"] = model_pair(rows)
+    if "label" not in rows:
+        rows["label"] = config_labels(rows)
+    if "group" not in rows or pool:
+        rows["group"], _ = run_groups(rows, pool)
+    return rows
+
+
+def check_columns(rows: pd.DataFrame) -> None:
+    """Refuse rows whose ``ok`` rows lack a column of :data:`REQUIRED_OK_COLUMNS` (or miss its value; only
+    ``tokens_per_s`` may be null, where a call took no measurable time: such a row is left out of the speed
+    figures, never counted as 0).
+
+    Raises:
+        ValueError: naming the missing columns and how many ok rows lack them; the rows were not written by
+            this harness's runner (or :mod:`harness.exchange.specbench`'s import), or were edited.
+    """
+    ok = ok_rows(rows)
+    if ok.empty:
+        return
+    absent = [c for c in REQUIRED_OK_COLUMNS if c not in ok]
+    empty = {c: int(ok[c].isna().sum()) for c in REQUIRED_OK_COLUMNS
+             if c in ok and c not in NULLABLE_OK_COLUMNS and ok[c].isna().any()}
+    if absent or empty:
+        what = [f"{c} (no such column)" for c in absent] + [f"{c} (null in {n} of {len(ok)} ok rows)"
+                                                              for c, n in empty.items()]
+        raise ValueError(f"result rows with status ok lack {', '.join(what)}: every number of the summary, report "
+                         "and gate is computed from these columns; re-run the cells with the harness's runner "
+                         "(or fix the rows) rather than aggregate them")
+
+
+def quality_columns(rows: pd.DataFrame, declared: Sequence[str] | None = None) -> list[str]:
+    """The quality (score) columns to report, in this order of preference:
+
+    1. ``declared``: a task's ``quality_columns`` (the runner passes them), those present in ``rows``;
+    2. a ``quality_columns`` column in the rows (a list, or JSON text of one);
+    3. the score columns of the project's tasks found in the rows (:data:`KNOWN_QUALITY_COLUMNS`).
+    """
+    if declared is not None:
+        return [c for c in declared if c in rows]
+    if "quality_columns" in rows:
+        names: dict[str, None] = {}
+        for v in rows["quality_columns"].dropna():
+            if isinstance(v, str):
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError:
+                    v = [v]
+            names.update(dict.fromkeys(str(x) for x in v))
+        return [c for c in names if c in rows]
+    return [c for c in KNOWN_QUALITY_COLUMNS if c in rows and num(rows[c]).notna().any()]
+
+
+_find_quality = quality_columns  # summarize()'s argument shadows the name
+
+
+def draft_shape(g: pd.DataFrame) -> str:
+    """What one cell's decoder verifies per step (its rows' ``draft_shape``, :class:`decoders.types.Decoder`);
+    rows written before the column existed: ``chain`` for ``speculative*`` decoders (the only fixed-length
+    chain then), ``none`` without draft tokens, else ``unknown``."""
+    if "draft_shape" in g and g["draft_shape"].notna().any():
+        return str(g["draft_shape"].dropna().iloc[0])
+    if str(g["decoder"].iloc[0]).startswith("speculative"):
+        return "chain"
+    drafted = num(g["num_drafted"]).fillna(0).sum() if "num_drafted" in g else 0
+    return "none" if not drafted else "unknown"
