@@ -131,7 +131,7 @@ def test_a_shards_summary_says_what_it_covers(tmp_path):
     md = (tmp_path / "summary.md").read_text()
     assert "shard=0/2 (2 of 3 samples)" in md
     assert "shard 0/2 of the run: 2 of the 3 selected samples (sample_index % 2 == 0: HumanEval/0, HumanEval/2)" in md
-    assert "harness.report.build" in md
+    assert "`python -m harness.report <shard folders>` merges them" in md
 
 
 @pytest.fixture

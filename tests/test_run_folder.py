@@ -248,14 +248,15 @@ def test_a_file_size_limit_is_one_line_and_the_rows_written_resume(tmp_path):
 
 def test_the_interrupt_message_gives_the_command_that_resumes(tmp_path):
     # Before: "rerun the same command to resume"; with the default timestamped folder that starts a new folder
-    args = [*TINY[:1], "task.limit=20", *TINY[2:]]
+    # 48 tokens a sample: the run is still in its cell loop when the signal comes, on a fast machine too
+    args = [*TINY[:1], "task.limit=20", "runner.max_new_tokens=48", *TINY[3:]]
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     written = []
     while not written and time.time() < deadline and proc.poll() is None:
         written = [p for p in (tmp_path / "results" / "runs").glob("*/results.jsonl") if p.stat().st_size]
-        time.sleep(0.2)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
