@@ -21,7 +21,7 @@
 # at load 2-3 on the 2-core runner: 2 threads gave vanilla 22-94 tok/s and paired speedups 0.13-19.7 (false
 # alarms); 1 thread gave 450-660 tok/s and speedups within ~20 % of the quiet baseline.
 #
-# What the gate checks (harness/regress/gate.py's docstring has the statistics):
+# What the gate checks (the statistics: docs/measurement.md, "The regression gate's statistics"):
 # * Exactly, whatever the load (float32 is deterministic): no new divergence from vanilla, and the counters
 #   (new tokens, target forwards, draft forwards, drafted and accepted tokens, per sample). Any change in what
 #   a decoder computes fails (exit 1). A different CPU or torch build may legitimately change float32

@@ -78,7 +78,7 @@ def measure(args) -> dict:
     """Profile every decoder; returns the JSON document (settings + one entry per decoder)."""
     from harness.job.models import build_byte_tokenizer, build_tiny_random
     from harness.job.overhead import ForwardTimer, profile, summarize
-    from harness.rows.results import device_name
+    from harness.rows.machine import device_name
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -24,19 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from decoders.common.cost import forward_cost_curve
-from decoders.common.stopping import collect_eos_token_ids
 from decoders.lookahead import LookaheadDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.job.models import load_pair
 from harness.job.timing import Stopwatch
-from tasks.humaneval import HumanEval
+from humaneval_prompts import add_model_arguments, load_prompts, log_cost_curve
 
 log = logging.getLogger("lookahead_sweep")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def triple(text: str) -> tuple[int, ...]:
@@ -45,11 +40,7 @@ def triple(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="conf/model/<name>.yaml")
-    parser.add_argument("--dtype", default=None, help="override the model config's dtype")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--limit", type=int, default=3, help="first N HumanEval problems")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    add_model_arguments(parser, limit=3)
     parser.add_argument("--grid", type=triple, nargs="*", default=[(2, 3, 2), (3, 4, 3), (5, 4, 5), (4, 5, 4)],
                         help="lookahead W,N,G triples; a 4th value 1 turns pool_from_prompt on")
     parser.add_argument("--pld", type=triple, nargs="*", default=[(3, 10)],
@@ -63,25 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def setup(args: argparse.Namespace) -> tuple[Any, list[tuple[str, torch.Tensor]], dict[str, Any]]:
     """The model pair (its target only), the rendered HumanEval prompts (as the runner renders them) and the
     decoders to compare; logs the forward cost curve when asked."""
-    model_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"), resolve=True)
-    if args.dtype:
-        model_cfg["dtype"] = args.dtype
-    pair = load_pair(model_cfg, device=args.device, need_draft=False)
-    model, tok = pair.target, pair.tokenizer
-    eos = collect_eos_token_ids(tok, model.generation_config)
-    task = HumanEval(limit=args.limit)
-    prompts = []
-    for sample in task.samples():
-        text = task.render(sample, tok, task.uses_chat(tok, model_cfg.get("chat_template")))
-        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids.to(pair.device)
-        prompts.append((sample.sample_id, ids))
+    pair, eos, prompts = load_prompts(args, need_draft=False)
+    model = pair.target
     log.info("model %s %s on %s, threads %d, %d prompts", pair.target_name, pair.dtype, pair.device,
              torch.get_num_threads(), len(prompts))
     if args.cost_curve:
-        curve = forward_cost_curve(model, args.cost_curve, context=prompts[0][1])
-        base = curve[args.cost_curve[0]]
-        log.info("forward cost (s) by tokens fed: %s",
-                 ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))
+        log_cost_curve(log, "forward cost", model, args.cost_curve, prompts[0][1])
     decoders: dict[str, Any] = {"vanilla": VanillaDecoder(model, eos_token_ids=eos)}
     for n, k in args.pld:
         decoders[f"prompt_lookup n={n} k={k}"] = PromptLookupDecoder(model, max_ngram_size=n, num_draft_tokens=k,

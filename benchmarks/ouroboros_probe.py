@@ -30,19 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from decoders.common.cost import forward_cost_curve
-from decoders.common.stopping import collect_eos_token_ids
 from decoders.ouroboros import OuroborosDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.job.models import load_pair
 from harness.job.timing import Stopwatch
-from tasks.humaneval import HumanEval
+from humaneval_prompts import add_model_arguments, load_prompts, log_cost_curve
 
 log = logging.getLogger("ouroboros_probe")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def ouro_spec(text: str) -> tuple[tuple[int, ...], dict[str, float]]:
@@ -59,11 +54,7 @@ def ouro_spec(text: str) -> tuple[tuple[int, ...], dict[str, float]]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="conf/model/<name>.yaml")
-    parser.add_argument("--dtype", default=None, help="override the model config's dtype")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--limit", type=int, default=2, help="first N HumanEval problems")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    add_model_arguments(parser, limit=2)
     parser.add_argument("--spec", type=int, nargs="*", default=[4], help="speculative decoding gammas")
     parser.add_argument("--ouro", type=ouro_spec, nargs="*", default=[((6, 4, 4, 4, 3), {})],
                         help="Ouroboros gamma,W,N,G,topk[,key=value...] items")
@@ -78,26 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def setup(args: argparse.Namespace) -> tuple[Any, frozenset[int], list[tuple[str, torch.Tensor]], dict[str, Any]]:
     """The model pair, its EOS ids, the rendered HumanEval prompts (as the runner renders them) and the decoders
     to compare; logs the forward cost curves when asked."""
-    model_cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{args.model}.yaml"), resolve=True)
-    if args.dtype:
-        model_cfg["dtype"] = args.dtype
-    pair = load_pair(model_cfg, device=args.device, need_draft=True)
-    target, draft, tok = pair.target, pair.draft, pair.tokenizer
-    eos = collect_eos_token_ids(tok, target.generation_config)
-    task = HumanEval(limit=args.limit)
-    prompts = []
-    for sample in task.samples():
-        text = task.render(sample, tok, task.uses_chat(tok, model_cfg.get("chat_template")))
-        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids.to(pair.device)
-        prompts.append((sample.sample_id, ids))
+    pair, eos, prompts = load_prompts(args, need_draft=True)
+    target, draft = pair.target, pair.draft
     log.info("target %s, draft %s, %s on %s, threads %d, %d prompts", pair.target_name, pair.draft_name,
              pair.dtype, pair.device, torch.get_num_threads(), len(prompts))
     if args.cost_curve:
         for role, model in (("target", target), ("draft", draft)):
-            curve = forward_cost_curve(model, args.cost_curve, context=prompts[0][1])
-            base = curve[args.cost_curve[0]]
-            log.info("%s forward cost (s) by tokens fed: %s", role,
-                     ", ".join(f"{n}: {t:.3f} ({t / base:.2f}x)" for n, t in curve.items()))
+            log_cost_curve(log, f"{role} forward cost", model, args.cost_curve, prompts[0][1])
     decoders: dict[str, Any] = {"vanilla": VanillaDecoder(target, eos_token_ids=eos)}
     for gamma in args.spec:
         decoders[f"speculative g={gamma}"] = SpeculativeDecoder(target, draft, gamma=gamma, eos_token_ids=eos)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import math
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from harness.protocols.committed import same_table  # noqa: E402
 from harness.report import build as report  # noqa: E402
 
 #: Files of a report compared by ``--check`` (figures are not: their bytes depend on the matplotlib build).
@@ -50,32 +50,6 @@ def committed_reports() -> dict[Path, tuple[Path, ...]]:
              if Path(f).name == "report.md" and Path(f).parent.name == "report"}
     found.update({Path(k): tuple(map(Path, v)) for k, v in DOCS_REPORTS.items()})
     return dict(sorted(found.items()))
-
-
-def _same_line(a: str, b: str) -> bool:
-    """Two table lines agree: equal text, or (CSV) equal fields where numbers may differ in their last bits
-    (relative 1e-9: least-squares fits and sums come out a few ulps apart on CPUs with other vector units)."""
-    if a == b:
-        return True
-    fa, fb = a.rstrip("\n").split(","), b.rstrip("\n").split(",")
-    if len(fa) != len(fb):
-        return False
-    for x, y in zip(fa, fb):
-        if x == y:
-            continue
-        try:
-            if not math.isclose(float(x), float(y), rel_tol=1e-9, abs_tol=1e-12):
-                return False
-        except ValueError:
-            return False
-    return True
-
-
-def same_table(old: str, new: str, suffix: str) -> bool:
-    """A committed table's text ``old`` agrees with the regenerated ``new`` (``suffix`` ``.csv``: numbers to a
-    relative 1e-9, see :func:`_same_line`; other tables: exact text)."""
-    a, b = old.splitlines(), new.splitlines()
-    return len(a) == len(b) and all(_same_line(x, y) if suffix == ".csv" else x == y for x, y in zip(a, b))
 
 
 def regenerate(runs: tuple[Path, ...], out: Path, plots: bool) -> dict[str, Path]:

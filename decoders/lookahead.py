@@ -11,8 +11,8 @@ every step feeds the target model, in one forward with a tree attention mask
   top to bottom plus its new token is an n-gram, and the ``W`` n-grams are harvested into the
   :class:`~decoders.common.ngram_pool.NGramPool`;
 * the **verification branch**: up to ``G`` pool n-grams keyed by the input token. Greedy (temperature 0):
-  verified with :func:`~decoders.common.verify.tree_verify` (chains under the input token: the rule of
-  :func:`~decoders.common.verify.branch_verify`); the longest accepted prefix plus the target's
+  verified with :func:`~decoders.common.verify.tree_verify` (chains under the input token: a token is
+  accepted while it equals the target's argmax); the longest accepted prefix plus the target's
   own next token is emitted, so every step emits at least one token and the output is the target's greedy
   output. Sampling (temperature > 0), lossless: the n-grams are deterministic drafts (one-hot draft
   distribution) verified with the multi-candidate rule (:func:`~decoders.common.verify.multi_candidate_tree_verify`;
@@ -48,17 +48,17 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.driver import DraftTree, Verdict, decode
-from decoders.common.kv_cache import check_rollback
-from decoders.common.lookahead_step import LookaheadBranches, LookaheadPlan, max_depth_after
-from decoders.common.ngram_pool import NGramPool
+from decoders.common.base import DraftingDecoder
+from decoders.common.driver import DraftCounts, DraftTree, Verdict
+from decoders.common.forward import max_depth_after
+from decoders.common.lookahead_step import LookaheadBranches, LookaheadPlan
+from decoders.common.ngram_pool import NGramPool, start_pool
 from decoders.common.sampling import GREEDY, SamplingConfig
-from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.types import StepRecord
 from decoders.settings import LookaheadSettings as S
-from declare import check_args
 
 
-class LookaheadDecoder:
+class LookaheadDecoder(DraftingDecoder):
     """Lookahead decoding on the target model alone: greedy, or lossless sampling (multi-candidate rule).
 
     Decoding runs in :func:`decoders.common.driver.decode` with a fresh :class:`_WindowAndPool` per sample.
@@ -70,6 +70,10 @@ class LookaheadDecoder:
     ``accepted`` is the number of accepted n-gram tokens kept (an n-gram is cut just after an EOS id);
     ``source = {"ngram": accepted, "bonus": 0 or 1}`` and ``emitted`` = the tokens kept, so the steps add up to
     the output. Every verification token fed is counted in ``extra["guess_tokens_fed"]``.
+
+    Timing (the ``stopwatch`` of :meth:`generate`): ``lap("draft")`` after each proposal (n-gram lookup, window
+    layout), ``lap("verify")`` after the prefill and after each verification (target forward, rule, KV
+    compaction, window update and harvest). ``extra`` holds the configuration and pool statistics.
 
     Args:
         target_model: the model whose greedy output (or sampling distribution) is reproduced.
@@ -109,43 +113,15 @@ class LookaheadDecoder:
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
-        check_args(S, locals())
-        self.target_model = target_model
-        self.window_size, self.ngram_size, self.guess_set_size = window_size, ngram_size, guess_set_size
-        self.pool_scope, self.seed, self.pool_from_prompt = pool_scope, seed, pool_from_prompt
-        check_rollback(target_model, "target model", self.name)
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.sampling = sampling
+        self.take_settings(S, locals(), uses_draft=False)
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
 
     def reset(self) -> None:
         """Empty the n-gram pool (start of a task under ``pool_scope="task"``)."""
         self.pool.clear()
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
-                 stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`, through the shared loop
-        :func:`decoders.common.driver.decode`.
-
-        Args:
-            input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
-            max_new_tokens: upper bound on new tokens, >= 1. A step never emits more than what is left:
-                verification n-grams are shortened near the end.
-            generator: the only source of randomness; required when sampling.
-            stopwatch: the runner's timer: ``first_token()`` after the prefill; ``lap("draft")`` after each
-                proposal (n-gram lookup, window layout) and ``lap("verify")`` after the prefill and after each
-                verification (target forward, rule, KV compaction, window update and harvest).
-
-        Returns:
-            :class:`DecodeResult`; ``extra`` holds the configuration and pool statistics.
-
-        Raises:
-            ValueError: if the batch size is not 1, the prompt is empty, ``max_new_tokens < 1`` or sampling
-                without a generator.
-        """
-        return decode(self.target_model, _WindowAndPool(self), input_ids, max_new_tokens,
-                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
-                      stopwatch=stopwatch)
+    def proposer(self) -> "_WindowAndPool":
+        return _WindowAndPool(self)
 
 
 class _WindowAndPool:
@@ -154,39 +130,34 @@ class _WindowAndPool:
     so node ``i`` of the tree is layout index ``i + 1``)."""
 
     def __init__(self, decoder: LookaheadDecoder):
-        self.d = decoder
+        self.decoder = decoder  # its settings and its pool (kept across samples under ``pool_scope="task"``)
         self.branches = LookaheadBranches(decoder.pool, decoder.window_size, decoder.ngram_size, decoder.seed)
         self.plan: LookaheadPlan | None = None
 
     def start(self, prompt: list[int]) -> None:
         """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), draw the
         window from the prompt."""
-        d = self.d
-        if d.pool_scope == "sample":
-            d.pool.clear()
-        if d.pool_from_prompt:
-            n = d.ngram_size
-            d.pool.insert_ngrams(prompt[i : i + n] for i in range(len(prompt) - n + 1))
+        start_pool(self.decoder.pool, prompt, self.decoder.pool_scope, self.decoder.pool_from_prompt)
         self.branches.start(prompt)
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
         """Window (unverified, left out on the last step) and n-grams (origin ``"ngram"``; ``drafted`` = their
         length)."""
-        max_depth = max_depth_after(self.d.target_model, len(context) - 1)
+        max_depth = max_depth_after(self.decoder.target_model, len(context) - 1)
         plan = self.plan = self.branches.plan(context[-1], remaining, max_depth, advance_window=remaining > 1)
         layout = plan.layout
         n_window, n_guess = layout.guess_start - 1, layout.size - layout.guess_start
         return DraftTree(tokens=plan.tokens, parents=[p - 1 for p in layout.parents[1:]],
                          verified=[False] * n_window + [True] * n_guess, logits_for=[i - 1 for i in plan.last_row],
-                         default_origin="ngram", labels=("ngram",),
-                         drafted=plan.guess_len, stats={"guess_tokens_fed": n_guess})
+                         counts=DraftCounts(default_origin="ngram", labels=("ngram",), drafted=plan.guess_len,
+                                            stats={"guess_tokens_fed": n_guess}))
 
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
         """Advance the window with the target's argmax at its last row; harvest its n-grams into the pool."""
         self.branches.absorb(self.plan, [verdict.preds[i] for i in self.plan.last_row])
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
-        d = self.d
+        d = self.decoder
         return {
             "pool_scope": d.pool_scope,
             "window_size": d.window_size,

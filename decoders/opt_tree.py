@@ -46,25 +46,23 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.base import DraftingDecoder
 from decoders.common.cost import ForwardCost
-from decoders.common.driver import DraftTree, Verdict, decode
-from decoders.common.forward import forward, new_cache
-from decoders.common.heads import pair_vocab
-from decoders.common.kv_cache import check_rollback, keep_path
-from decoders.common.lookahead_step import max_depth_after
+from decoders.common.driver import DraftCounts, DraftTree, Verdict
+from decoders.common.forward import forward, max_depth_after, new_cache
+from decoders.common.kv_cache import keep_path
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import tree_attention
-from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.types import StepRecord
 from decoders.settings import OptTreeSettings as S
-from declare import check_args
 
 #: Longest suffix n-gram the hybrid tree looks up in the context (prompt lookup's ``max_ngram_size``).
 COPY_NGRAM = 3
 
 
-class OptTreeDecoder:
+class OptTreeDecoder(DraftingDecoder):
     """OPT-Tree speculative decoding with a draft model (greedy, or lossless sampling); optionally cost-aware
     and hybrid (see the module docstring).
 
@@ -111,31 +109,14 @@ class OptTreeDecoder:
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
-        check_args(S, locals())
-        if draft_model is None:
-            raise ValueError("the opt_tree decoder needs a draft model: choose a model pair with a draft")
-        self.target_model = target_model
-        self.draft_model = draft_model
-        self.num_nodes, self.threshold, self.max_depth = num_nodes, float(threshold), max_depth
-        self.cost_aware, self.copy_tokens, self.draft_on_copy = cost_aware, copy_tokens, draft_on_copy
-        check_rollback(target_model, "target model", self.name)
-        check_rollback(draft_model, "draft model", self.name)
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.sampling = sampling
-        # Padded embedding sizes may differ: the draft proposes only ids the target can embed and score, and
-        # drafts nothing from a context holding an id it cannot embed itself.
-        _, self._draft_vocab, self._draft_embed = pair_vocab(target_model, draft_model)
+        self.take_settings(S, locals(), uses_draft=True)
+        self.threshold = float(threshold)
         # Measured here, at construction, so no timed cell pays for it.
         self.cost = (ForwardCost.measure(target_model, draft_model, max_tokens=self.num_nodes + 1)
                      if self.cost_aware else None)
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
-                 stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`, through the shared loop
-        :func:`decoders.common.driver.decode`."""
-        return decode(self.target_model, _TreeGrower(self), input_ids, max_new_tokens,
-                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
-                      stopwatch=stopwatch)
+    def proposer(self) -> "_TreeGrower":
+        return _TreeGrower(self)
 
 
 class _TreeGrower:
@@ -146,7 +127,7 @@ class _TreeGrower:
     """
 
     def __init__(self, decoder: OptTreeDecoder):
-        self.d = decoder
+        self.decoder = decoder  # its settings, draft model and measured forward costs
         self.cache = new_cache(decoder.draft_model)
         self.cached = 0
         self.device = decoder.draft_model.get_input_embeddings().weight.device
@@ -160,17 +141,18 @@ class _TreeGrower:
         self._last_nodes: list[tuple[int, int, float, int]] = []  # draft nodes: token, parent, value, depth
 
     def start(self, prompt: list[int]) -> None:
-        self.draftable = max(prompt) < self.d._draft_embed
+        self.draftable = self.decoder.vocab.can_embed(prompt)
 
     # -------------------------------------------------------------------------------------------------------
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The draft's distributions ``(m, draft_vocab)`` float32 from logits ``(m, V)``: processed as the run
         samples (temperature, top-k, top-p) or a plain softmax when greedy."""
-        logits = logits[:, : self.d._draft_vocab].float()
-        return torch.softmax(logits, -1) if self.d.sampling.greedy else self.d.sampling.probs(logits)
+        sampling = self.decoder.sampling
+        logits = logits[:, : self.decoder.vocab.draft].float()
+        return torch.softmax(logits, -1) if sampling.greedy else sampling.probs(logits)
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
-        d = self.d
+        d = self.decoder
         room = max(0, min(remaining - 1, max_depth_after(d.target_model, len(context) - 1)))
         depth_limit = min(d.max_depth, room)
         copy: list[int] = []
@@ -187,9 +169,11 @@ class _TreeGrower:
         tokens, parents, origins = self._merge(copy, nodes)
         labels = ("draft", "copy") if d.copy_tokens else ("draft",)
         depth = max((self._depths(parents) or [0])) + (1 if parents else 0)
-        return DraftTree(tokens=tokens, parents=parents, origins=origins, labels=labels, draft_forwards=forwards,
-                         draft_tokens_fed=fed_tokens,
-                         stats={"tree_depth": depth, "copy_steps": bool(copy), "tree_nodes": len(tokens)})
+        return DraftTree(tokens=tokens, parents=parents,
+                         counts=DraftCounts(origins=origins, labels=labels, draft_forwards=forwards,
+                                            draft_tokens_fed=fed_tokens, stats={"tree_depth": depth,
+                                                                                "copy_steps": bool(copy),
+                                                                                "tree_nodes": len(tokens)}))
 
     @staticmethod
     def _depths(parents: Sequence[int]) -> list[int]:
@@ -200,7 +184,7 @@ class _TreeGrower:
 
     def _grow(self, context: list[int], depth_limit: int) -> tuple[list[tuple[int, int, float, int]], int, int]:
         """Grow the tree layer by layer; returns the selected nodes (topological order), forwards, tokens fed."""
-        d, n = self.d, self.budget
+        d, n = self.decoder, self.budget
         feed = context[self.cached:]
         logits = forward(d.draft_model, torch.tensor([feed], device=self.device), self.cache, logits_to_keep=1)
         forwards, fed_tokens = 1, len(feed)
@@ -275,9 +259,9 @@ class _TreeGrower:
         """The nodes to expand next: the newest layer's nodes (index ``>= first``) among the selected ones, never an
         EOS node. Selected = the top ``num_nodes``; cost-aware: the top ``m`` only, ``m`` the size that maximises
         the expected tokens per second, so the draft is not run over nodes the step would not verify."""
-        if self.d.cost_aware:
+        if self.decoder.cost_aware:
             best = best[: self._best_size(cand, best, spent)]
-        return [i for i in best if i >= first and cand[i][0] not in self.d.eos_token_ids]
+        return [i for i in best if i >= first and cand[i][0] not in self.decoder.eos_token_ids]
 
     def _select(self, cand: list[tuple[int, int, float, int]], among: Sequence[int] | None = None) -> list[int]:
         """Indices of the top ``budget`` candidates (of ``among``, default all) by value (ties: shallower first,
@@ -288,7 +272,7 @@ class _TreeGrower:
     def _rates(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> list[float]:
         """Expected tokens per second of a step verifying the first ``m`` of ``best`` (``m = 0 .. len(best)``):
         ``(1 + sum of their values) / (draft seconds spent + target seconds for 1 + m tokens)``."""
-        cost, total, rates = self.d.cost, 1.0, []
+        cost, total, rates = self.decoder.cost, 1.0, []
         for m in range(len(best) + 1):
             if m:
                 total += cand[best[m - 1]][2]
@@ -296,7 +280,7 @@ class _TreeGrower:
         return rates
 
     def _rate(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> float:
-        return max(self._rates(cand, best, spent)) if self.d.cost_aware else 0.0
+        return max(self._rates(cand, best, spent)) if self.decoder.cost_aware else 0.0
 
     def _best_size(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> int:
         rates = self._rates(cand, best, spent)
@@ -326,7 +310,7 @@ class _TreeGrower:
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
         """Keep the draft's KV entries of the accepted nodes it was fed (a prefix of the accepted path); stop
         drafting for the sample once the target emits an id the draft cannot embed."""
-        if self.draftable and max(verdict.emitted) >= self.d._draft_embed:
+        if self.draftable and not self.decoder.vocab.can_embed(verdict.emitted):
             self.draftable = False
         if not self.fed:  # no tree node was fed to the draft (the draft cache ends at the step's context)
             return
@@ -342,7 +326,7 @@ class _TreeGrower:
         self.fed = {}
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
-        d, n = self.d, len(steps)
+        d, n = self.decoder, len(steps)
         out: dict[str, Any] = {
             "num_nodes": d.num_nodes,
             "threshold": d.threshold,

@@ -2,14 +2,14 @@
 
 Zhao, Huang, Han, Xu, Xiao, Zhang, Fang, Zhang, Liu & Sun 2024, "Ouroboros: Generating Longer Drafts Phrase
 by Phrase for Faster Speculative Decoding" (arXiv 2402.13720, EMNLP 2024; reference code thunlp/Ouroboros,
-restated in ALGORITHMS.md section 1). One target forward per step, greedy or sampled, lossless. The
+restated in docs/decoders.md, "Ouroboros"). One target forward per step, greedy or sampled, lossless. The
 shared decode loop :func:`decoders.common.driver.decode` runs the target (prefill, one verification forward
 per step, the verification rule, KV compaction of the accepted path, the stop rule, the per-step statistics);
 this module is its proposer (:class:`_PhraseTree`), one per sample:
 
 1. **Propose** (:meth:`_PhraseTree.propose`): the *trunk* is the draft model's greedy continuation, made
    phrase by phrase by lookahead decoding on the draft itself, ``gamma`` tokens
-   (:class:`~decoders.common.lookahead_step.LookaheadDrafter`: the lookahead step shared with
+   (:class:`~decoders.common.lookahead_drafter.LookaheadDrafter`: the lookahead step shared with
    :class:`decoders.lookahead.LookaheadDecoder`). The newest ``topk`` pool phrases keyed by the last trunk
    token are candidate *suffixes* (lengthened drafts). Trunk and suffixes form one
    :class:`~decoders.common.driver.DraftTree` (suffixes see the trunk, never each other).
@@ -17,7 +17,7 @@ this module is its proposer (:class:`_PhraseTree`), one per sample:
    path (:func:`~decoders.common.verify.tree_verify`); the target's next token after it is always emitted --
    also after a fully matched suffix, which the reference code drops.
 3. **Accept** (:meth:`_PhraseTree.accepted`): recycle the target's verification into the phrase pool
-   (:func:`recycle_verification`, ALGORITHMS.md 1.5). The draft cache is rolled back lazily, at the next
+   (:func:`recycle_verification`; docs/decoders.md, "Ouroboros"). The draft cache is rolled back lazily, at the next
    proposal, to what the draft and the output still share.
 
 ``pool_scope="task"`` keeps the phrase pool across samples until :meth:`reset` (warm start); ``"sample"`` is
@@ -41,7 +41,7 @@ decoding (exactly in float32). Stock transformers models of any causal-LM family
 * the trunk is a SAMPLE of the draft model's own processed distribution: the drafter's lookahead step verifies
   its n-grams against the draft's distribution by the multi-candidate rule (so a draft forward still emits
   several tokens) and reports, for each trunk token, the distribution it was drawn from
-  (:attr:`~decoders.common.lookahead_step.DraftProposal.probs`, the draft's processed distribution after the
+  (:attr:`~decoders.common.lookahead_drafter.DraftProposal.probs`, the draft's processed distribution after the
   preceding tokens);
 * the target verifies the tree with :func:`~decoders.common.verify.multi_candidate_tree_verify` (also when it
   is a bare trunk, so :attr:`~decoders.common.driver.DraftTree.rejection_chain` is off): at a trunk
@@ -72,16 +72,16 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.driver import DraftTree, Verdict, decode
-from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids, pair_vocab
-from decoders.common.kv_cache import check_rollback
-from decoders.common.lookahead_step import DraftProposal, LookaheadDrafter, max_depth_after
-from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates
+from decoders.common.base import DraftingDecoder
+from decoders.common.driver import DraftCounts, DraftTree, Verdict
+from decoders.common.forward import max_depth_after
+from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
+from decoders.common.lookahead_drafter import DraftProposal, LookaheadDrafter
+from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates, start_pool
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.common.stopping import truncate_at_stop
-from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.types import StepRecord
 from decoders.settings import OuroborosSettings as S
-from declare import check_args
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def recycle_verification(
     accepted: int,
     vocab_limit: int | None = None,
 ) -> None:
-    """Feed one target verification back into the phrase pool (ALGORITHMS.md 1.5, item 2).
+    """Feed one target verification back into the phrase pool (docs/decoders.md, "Ouroboros").
 
     * **In-place suffix refinement** (reference ``update_in_place``): each verified suffix ``s`` of full
       length ``N - 1`` is replaced under ``key`` by ``[t after d_g, t after s_1, ..., t after s_{N-2}]`` --
@@ -198,12 +198,13 @@ class Proposal:
                  "branch_fed": sum(len(t) for _, t in self.branches)}
         return DraftTree(
             tokens, parents, draft_probs=None if self.draft_probs is None else dict(enumerate(self.draft_probs)),
-            origins=origins, labels=labels, counted=frozenset({"draft", "free"}), drafted=g,
-            draft_forwards=self.draft_forwards, draft_tokens_fed=self.draft_tokens_fed, rejection_chain=False,
-            stats=stats)
+            rejection_chain=False,
+            counts=DraftCounts(origins=origins, labels=labels, counted=frozenset({"draft", "free"}), drafted=g,
+                               draft_forwards=self.draft_forwards, draft_tokens_fed=self.draft_tokens_fed,
+                               stats=stats))
 
 
-class OuroborosDecoder:
+class OuroborosDecoder(DraftingDecoder):
     """Ouroboros decoding with a draft model that drafts phrase by phrase: greedy, or lossless sampling.
 
     Decoding runs in :func:`decoders.common.driver.decode` with a fresh :class:`_PhraseTree` per sample. The
@@ -216,6 +217,11 @@ class OuroborosDecoder:
     draft's prompt prefill), ``target_tokens_fed`` = pending + trunk + every suffix and branch token, and
     ``source = {"draft": a, "suffix": b, "bonus": 0 or 1}`` (plus ``"free"`` / ``"branch"`` when those options are
     on); ``emitted`` = the tokens kept (cut just after an EOS id), the sum of ``source``.
+
+    Timing (the ``stopwatch`` of :meth:`generate`): ``lap("draft")`` after each proposal (draft rollback, draft
+    prefill and forwards, suffix lookup), ``lap("verify")`` after the target's prefill and after each
+    verification + acceptance (target forward, KV compaction, pool recycling). ``extra`` holds the configuration
+    and pool / suffix / option statistics.
 
     Args:
         target_model: the model whose greedy output (or sampling distribution) is reproduced.
@@ -279,71 +285,34 @@ class OuroborosDecoder:
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
-        check_args(S, locals())
-        if draft_model is None:
-            raise ValueError("the ouroboros decoder needs a draft model: choose a model pair with a draft")
-        self.target_model = target_model
-        self.draft_model = draft_model
-        self.gamma, self.topk = gamma, topk
-        self.window_size, self.ngram_size, self.guess_set_size = window_size, ngram_size, guess_set_size
-        self.pool_scope, self.seed, self.pool_from_prompt = pool_scope, seed, pool_from_prompt
-        self.free_draft_min_match, self.draft_vocab_size = free_draft_min_match, draft_vocab_size
+        self.take_settings(S, locals(), uses_draft=True)
         self.stop_confidence, self.branch_confidence = float(stop_confidence), float(branch_confidence)
-        self.max_branches = max_branches
-        check_rollback(target_model, "target model", self.name)
-        check_rollback(draft_model, "draft model", self.name)
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.sampling = sampling
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
-        # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft proposes only ids the target can
-        # embed, target-made phrases enter the pool only if the draft can embed them, and a context holding an
-        # id the draft cannot embed is not drafted from.
-        self._target_vocab, self._draft_vocab, self._draft_embed = pair_vocab(target_model, draft_model)
-        self._draft_head = (
-            ReducedVocabHead(draft_model, merge_rank_ids(self.draft_vocab_size, self._draft_vocab, self.eos_token_ids))
-            if self.draft_vocab_size else FullHead(draft_model, self._draft_vocab)
+        # The draft proposes only ids the target can embed (:class:`~decoders.common.base.DraftVocab`),
+        # target-made phrases enter the pool only if the draft can embed them, and a context holding an id the
+        # draft cannot embed is not drafted from.
+        self.draft_head = (
+            ReducedVocabHead(draft_model, merge_rank_ids(self.draft_vocab_size, self.vocab.draft, self.eos_token_ids))
+            if self.draft_vocab_size else FullHead(draft_model, self.vocab.draft)
         )
-        self._confidence = bool(self.stop_confidence or self.branch_confidence)
+        self.confidence = bool(self.stop_confidence or self.branch_confidence)
 
     def reset(self) -> None:
         """Empty the phrase pool (start of a task under ``pool_scope="task"``)."""
         self.pool.clear()
 
-    def _target_width(self, probs: torch.Tensor | None) -> torch.Tensor | None:
+    def target_width(self, probs: torch.Tensor | None) -> torch.Tensor | None:
         """The draft's distributions ``(g, draft_width)`` on the target's ``(g, target_vocab)`` columns (the
-        draft proposes only ids below ``_draft_vocab <= target_vocab``, so no mass is cut)."""
-        if probs is None or probs.shape[1] == self._target_vocab:
+        draft proposes only ids below ``vocab.draft <= vocab.target``, so no mass is cut)."""
+        if probs is None or probs.shape[1] == self.vocab.target:
             return probs
-        out = probs.new_zeros((probs.shape[0], self._target_vocab))
-        m = min(probs.shape[1], self._target_vocab)
+        out = probs.new_zeros((probs.shape[0], self.vocab.target))
+        m = min(probs.shape[1], self.vocab.target)
         out[:, :m] = probs[:, :m]
         return out
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
-                 stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate`, through the shared loop
-        :func:`decoders.common.driver.decode`.
-
-        Args:
-            input_ids: ``torch.LongTensor`` of shape ``(1, prompt_len)`` on the target's device.
-            max_new_tokens: upper bound on new tokens, >= 1. A step never emits more than what is left: the
-                trunk, suffixes and branches are shortened near the end.
-            generator: the only source of randomness (draft and target draws); required when sampling.
-            stopwatch: the runner's timer: ``first_token()`` after the target's prefill; ``lap("draft")`` after
-                each proposal (draft rollback, draft prefill and forwards, suffix lookup) and ``lap("verify")``
-                after the target's prefill and after each verification + acceptance (target forward, KV
-                compaction, pool recycling).
-
-        Returns:
-            :class:`DecodeResult`; ``extra`` holds the configuration and pool / suffix / option statistics.
-
-        Raises:
-            ValueError: if the batch size is not 1, the prompt is empty, ``max_new_tokens < 1`` or sampling
-                without a generator.
-        """
-        return decode(self.target_model, _PhraseTree(self), input_ids, max_new_tokens,
-                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
-                      stopwatch=stopwatch)
+    def proposer(self) -> "_PhraseTree":
+        return _PhraseTree(self)
 
 
 class _PhraseTree:
@@ -355,9 +324,9 @@ class _PhraseTree:
     """
 
     def __init__(self, decoder: OuroborosDecoder):
-        d = self.d = decoder
+        d = self.decoder = decoder  # its settings, pool and draft head
         self.drafter = LookaheadDrafter(d.draft_model, d.pool, d.window_size, d.ngram_size, d.seed,
-                                        eos_token_ids=d.eos_token_ids, head=d._draft_head, confidence=d._confidence,
+                                        eos_token_ids=d.eos_token_ids, head=d.draft_head, confidence=d.confidence,
                                         sampling=d.sampling)
         self.draftable = False
         self.proposal = Proposal([])
@@ -367,14 +336,9 @@ class _PhraseTree:
     def start(self, prompt: list[int]) -> None:
         """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), start the
         drafter."""
-        d = self.d
-        if d.pool_scope == "sample":
-            d.pool.clear()
-        self.draftable = max(prompt) < d._draft_embed
-        if d.pool_from_prompt:
-            n = d.ngram_size
-            d.pool.insert_ngrams(g for g in (prompt[i : i + n] for i in range(len(prompt) - n + 1))
-                                 if max(g) < d._draft_embed)
+        d = self.decoder
+        start_pool(d.pool, prompt, d.pool_scope, d.pool_from_prompt, vocab_limit=d.vocab.embed)
+        self.draftable = d.vocab.can_embed(prompt)
         if self.draftable:
             self.drafter.start(prompt)
 
@@ -386,7 +350,7 @@ class _PhraseTree:
             remaining: new tokens still allowed; the tree never emits more.
             generator: required when sampling (the draft samples its trunk).
         """
-        d, eos = self.d, self.d.eos_token_ids
+        d, eos = self.decoder, self.decoder.eos_token_ids
         max_depth = max_depth_after(d.target_model, len(context) - 1)  # node depths below the pending token
         budget = max(0, min(d.gamma, remaining - 1, max_depth))
         trunk: list[int] = []
@@ -419,24 +383,24 @@ class _PhraseTree:
                 tokens = truncate_at_stop([alt, *(phrase[0] if phrase else ())], eos, length)
                 branches.append((i, tuple(tokens)))
         self.proposal = Proposal(trunk, free, suffixes, branches, draft.forwards, draft.tokens_fed,
-                                 None if free else d._target_width(draft.probs))
+                                 None if free else d.target_width(draft.probs))
         return self.proposal.draft_tree(self.labels)
 
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
         """Recycle the verification into the pool; stop drafting after an id the draft cannot embed."""
-        d, proposal = self.d, self.proposal
+        d, proposal = self.decoder, self.proposal
         pending = context[-len(verdict.emitted) - 1]
         g = len(proposal.trunk)
         recycle_verification(d.pool, proposal.key if proposal.key is not None else pending, proposal.suffixes,
-                             proposal.trunk, verdict.preds, sum(k < g for k in verdict.path), d._draft_embed)
-        if self.draftable and max(verdict.emitted) >= d._draft_embed:
+                             proposal.trunk, verdict.preds, sum(k < g for k in verdict.path), d.vocab.embed)
+        if self.draftable and not d.vocab.can_embed(verdict.emitted):
             self.draftable = False
             log.warning("the target emitted id %d, which the draft model cannot embed (embedding size %d): no "
-                        "more draft-model drafts for this sample", max(verdict.emitted), d._draft_embed)
+                        "more draft-model drafts for this sample", max(verdict.emitted), d.vocab.embed)
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         """Configuration and per-sample statistics for the result row."""
-        d, n_decode = self.d, len(steps)
+        d, n_decode = self.decoder, len(steps)
         suffix_kept = [s.source["suffix"] for s in steps]
         draft_fwd = sum(s.draft_forwards for s in steps)
         prefill = self.drafter.prefill_tokens
@@ -471,7 +435,7 @@ class _PhraseTree:
                          free_tokens_drafted=stats.get("free_drafted", 0), free_tokens_accepted=free_acc)
         if d.draft_vocab_size:
             extra["draft_vocab_size"] = d.draft_vocab_size
-        if d._confidence:
+        if d.confidence:
             extra.update(stop_confidence=d.stop_confidence, branch_confidence=d.branch_confidence,
                          max_branches=d.max_branches, branch_tokens_fed=stats.get("branch_fed", 0),
                          branch_tokens_accepted=sum(s.source.get("branch", 0) for s in steps))

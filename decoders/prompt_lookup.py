@@ -8,7 +8,7 @@ from the KV cache.
 
 * Greedy (temperature 0): the longest prefix matching the target's argmax is accepted plus the target's own
   next token (greedy case of Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1;
-  :func:`decoders.common.verify.greedy_verify`).
+  :func:`decoders.common.verify.tree_verify` on a chain).
 * Sampling (temperature > 0): the draft is deterministic (its draft distribution is one-hot), one candidate
   per step: each draft token ``x`` is accepted with probability ``target_probs[x]``; at the first rejection
   the token is drawn from ``target_probs`` with ``x`` removed and renormalised; after a fully accepted draft
@@ -20,27 +20,30 @@ from the KV cache.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.driver import DraftTree, Verdict, decode
-from decoders.common.kv_cache import check_rollback
+from decoders.common.base import DraftingDecoder
+from decoders.common.driver import DraftCounts, DraftTree, Verdict
+from decoders.common.forward import max_depth_after
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.sampling import GREEDY, SamplingConfig
-from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.types import StepRecord
 from decoders.settings import PromptLookupSettings as S
-from declare import check_args
 
 
-class PromptLookupDecoder:
+class PromptLookupDecoder(DraftingDecoder):
     """Prompt lookup decoding (greedy, or lossless sampling with deterministic drafts).
 
     Cache invariant between steps: the KV cache holds every committed token except the last one, which is
     fed first in the next forward. A step with no match feeds only that token (a vanilla step).
+
+    Each step's :class:`~decoders.types.StepRecord` has ``drafted`` = draft tokens verified, ``accepted`` = those
+    accepted and kept, ``source = {"prompt_lookup": accepted, "bonus": 0 or 1}`` (nothing after an EOS id is
+    counted, so the steps' ``emitted`` add up to the output).
 
     Args:
         target_model: the model whose greedy output is reproduced.
@@ -68,37 +71,17 @@ class PromptLookupDecoder:
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
-        check_args(S, locals())
+        self.take_settings(S, locals(), uses_draft=False)
         if min_ngram_size > max_ngram_size:
             raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size})")
-        check_rollback(target_model, "target model", self.name)
-        self.target_model = target_model
-        self.max_ngram_size = max_ngram_size
-        self.num_draft_tokens = num_draft_tokens
-        self.min_ngram_size = min_ngram_size
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.sampling = sampling
-        self._max_positions = getattr(target_model.config, "max_position_embeddings", None)
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
-                 stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
-        only source of randomness, required when sampling; ``stopwatch``: the runner's timer), through the
-        shared loop :func:`decoders.common.driver.decode`.
-
-        Each step's :class:`~decoders.types.StepRecord` has ``drafted`` = draft tokens verified,
-        ``accepted`` = those accepted and kept, ``source = {"prompt_lookup": accepted, "bonus": 0 or 1}`` (nothing
-        after an EOS id is counted, so the steps' ``emitted`` add up to the output).
-        """
-        return decode(self.target_model, _ContextCopy(self), input_ids, max_new_tokens,
-                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
-                      stopwatch=stopwatch)
+    def proposer(self) -> "_ContextCopy":
+        return _ContextCopy(self)
 
     def propose(self, context: list[int], remaining: int) -> list[int]:
         """The draft copied from ``context`` (``context[-1]`` pending): at most ``num_draft_tokens``, at most
         ``remaining - 1``, within the position limit, cut just after an EOS id; empty when nothing matches."""
-        past_len = len(context) - 1  # the pending token is not cached yet
-        max_depth = self._max_positions - 1 - past_len if self._max_positions else sys.maxsize
+        max_depth = max_depth_after(self.target_model, len(context) - 1)  # the pending token is not cached yet
         gamma = max(0, min(self.num_draft_tokens, remaining - 1, max_depth))
         draft = find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size) if gamma else []
         return truncate_at_stop(draft, self.eos_token_ids, len(draft))
@@ -108,23 +91,22 @@ class _ContextCopy:
     """The prompt lookup proposer for one sample (stateless: the context is the whole memory)."""
 
     def __init__(self, decoder: PromptLookupDecoder):
-        self.d = decoder
-        self.lookup_steps = 0
+        self.decoder = decoder  # its settings and :meth:`PromptLookupDecoder.propose`
 
     def start(self, prompt: list[int]) -> None:
         pass
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
-        draft = self.d.propose(context, remaining)
-        return DraftTree.chain(draft, default_origin="prompt_lookup", labels=("prompt_lookup",),
-                               stats={"lookup_steps": bool(draft)})
+        draft = self.decoder.propose(context, remaining)
+        return DraftTree.chain(draft, counts=DraftCounts(default_origin="prompt_lookup", labels=("prompt_lookup",),
+                                                         stats={"lookup_steps": bool(draft)}))
 
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
         pass
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         return {
-            "max_ngram_size": self.d.max_ngram_size,
-            "num_draft_tokens": self.d.num_draft_tokens,
+            "max_ngram_size": self.decoder.max_ngram_size,
+            "num_draft_tokens": self.decoder.num_draft_tokens,
             "lookup_hit_rate": stats.get("lookup_steps", 0) / len(steps) if steps else 0.0,
         }

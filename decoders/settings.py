@@ -1,11 +1,17 @@
-"""Every decoder's settings, declared once: default, bound and meaning (:mod:`declare`).
+"""Every decoder's settings, declared once (default, bound and meaning: :mod:`declare`), and every decoder
+registered: one :func:`register_decoder` line each, at the end of this file.
 
 The constructors take their defaults from these classes and check their arguments against them
-(:func:`declare.check_args`); :mod:`harness.config.compose` builds each decoder's Hydra schema on them; ``python run.py
-list decoder=NAME`` prints them. Torch-free, so the command line is checked before torch is imported.
+(:func:`declare.check_args`); :mod:`harness.config.schemas` generates each registered decoder's Hydra schema
+(``base_decoder_<name>``) from its line; ``python run.py list decoder=NAME`` prints the settings. Torch-free
+(a decoder's class is named by its import path, imported only when built), so the command line is checked
+before torch is imported.
 
 Adding a hyper-parameter: one field here, then the constructor argument ``name: type = <Class>.name``
 (``tests/test_configs.py`` checks that the constructor's parameters and defaults are exactly these fields).
+Adding a decoder: its settings class and one :func:`register_decoder` line here, its class in
+``decoders/<name>.py``, its ``conf/decoder/<name>.yaml`` (README, "Extending";
+``tests/test_extending.py`` does it with nothing else changed).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from declare import at_least, between, one_of, setting
+from declare import Registered, at_least, between, one_of, register, setting
 
 #: Lifetimes of an n-gram / phrase pool: ``sample`` = cold start (fresh per prompt), ``task`` = warm start.
 POOL_SCOPES = ("sample", "task")
@@ -116,3 +122,24 @@ class PromptLookupSettings:
     max_ngram_size: int = setting(3, at_least(1), "longest suffix n-gram searched for in the context")
     num_draft_tokens: int = setting(10, at_least(1), "draft length when a match is found")
     min_ngram_size: int = setting(1, at_least(1), "shortest suffix n-gram tried (<= max_ngram_size)")
+
+
+def register_decoder(name: str, target: str, settings: type, *, uses_draft: bool = False) -> Registered:
+    """Register decoder ``name``: its class's import path ``target``, its ``settings`` class, and whether it needs
+    the pair's draft model; its Hydra schema ``base_decoder_<name>`` follows (:mod:`harness.config.schemas`).
+
+    Raises:
+        ValueError: ``name`` registered already with another class or settings.
+    """
+    return register("decoder", name, target, settings, uses_draft=uses_draft)
+
+
+# The decoders there are: config name (schema base_decoder_<name>), class (imported when built), settings, draft.
+register_decoder("vanilla", "decoders.vanilla.VanillaDecoder", VanillaSettings)
+register_decoder("speculative", "decoders.speculative.SpeculativeDecoder", SpeculativeSettings, uses_draft=True)
+register_decoder("hf_assisted", "decoders.hf_assisted.HFAssistedDecoder", HFAssistedSettings, uses_draft=True)
+register_decoder("hf_greedy", "decoders.hf_assisted.HFGreedyDecoder", HFGreedySettings)
+register_decoder("lookahead", "decoders.lookahead.LookaheadDecoder", LookaheadSettings)
+register_decoder("ouroboros", "decoders.ouroboros.OuroborosDecoder", OuroborosSettings, uses_draft=True)
+register_decoder("prompt_lookup", "decoders.prompt_lookup.PromptLookupDecoder", PromptLookupSettings)
+register_decoder("opt_tree", "decoders.opt_tree.OptTreeDecoder", OptTreeSettings, uses_draft=True)

@@ -6,7 +6,7 @@ proposes ``gamma`` tokens autoregressively, the target model scores all of them 
 rejected tokens are rolled back from both KV caches.
 
 * Greedy (temperature 0): the longest prefix matching the target's argmax is accepted, then the target's
-  own next token (the bonus token) -- :func:`decoders.common.verify.greedy_verify`.
+  own next token (the bonus token) -- :func:`decoders.common.verify.tree_verify` on a chain.
 * Sampling (temperature > 0): the draft samples each token from its own processed distribution (the same
   warpers as the target, :class:`decoders.common.sampling.SamplingConfig`), and the target accepts by
   modified rejection sampling -- accept ``x`` with ``min(1, target_probs[x] / draft_probs[x])``, on rejection
@@ -22,22 +22,24 @@ from typing import Any, Iterable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.driver import DraftTree, Verdict, decode
+from decoders.common.base import DraftingDecoder, DraftVocab
+from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import forward, new_cache
-from decoders.common.heads import pair_vocab
-from decoders.common.kv_cache import check_rollback, crop
+from decoders.common.kv_cache import crop
 from decoders.common.sampling import GREEDY, SamplingConfig, sample_token
 from decoders.settings import SpeculativeSettings as S
-from declare import check_args
-from decoders.types import DecodeResult, StepRecord, Stopwatch
+from decoders.types import StepRecord
 
 
-class SpeculativeDecoder:
+class SpeculativeDecoder(DraftingDecoder):
     """Speculative decoding with a draft model (greedy, or lossless sampling by rejection sampling).
 
     Cache invariant between steps: both caches hold KV for every committed token except the last one
     (``pending``), which is fed first in the next forward. After a fully accepted draft the draft cache
     also lacks the last draft token; it is fed together with ``pending`` in the next draft forward.
+
+    Each step's :class:`~decoders.types.StepRecord` carries ``drafted`` (tokens proposed), ``accepted``,
+    ``draft_forwards`` and the tokens fed to each model; ``source = {"draft": accepted, "bonus": 0 or 1}``.
 
     Args:
         target_model: the model whose greedy output is reproduced.
@@ -64,43 +66,10 @@ class SpeculativeDecoder:
         eos_token_ids: Iterable[int] = (),
         sampling: SamplingConfig = GREEDY,
     ):
-        check_args(S, locals())
-        if draft_model is None:
-            raise ValueError("the speculative decoder needs a draft model: choose a model pair with a draft")
-        self.target_model = target_model
-        self.draft_model = draft_model
-        self.gamma = gamma
-        check_rollback(target_model, "target model", self.name)
-        check_rollback(draft_model, "draft model", self.name)
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.sampling = sampling
-        # Padded embedding sizes may differ (e.g. 151936 vs 152064): the draft may only propose ids the
-        # target can embed and score, and drafts nothing from a context holding an id it cannot embed itself.
-        self._target_vocab, self._draft_vocab, self._draft_embed = pair_vocab(target_model, draft_model)
+        self.take_settings(S, locals(), uses_draft=True)
 
-    def _draft_next(self, d_logits: torch.Tensor, generator: torch.Generator | None
-                    ) -> tuple[int, torch.Tensor | None]:
-        """The draft's next token from its last-position logits, and (sampling) the distribution it was
-        drawn from, ``torch.FloatTensor`` of shape ``(target_vocab,)`` (zero beyond the shared ids)."""
-        logits = d_logits[0, -1, : self._draft_vocab]
-        if self.sampling.greedy:
-            return int(logits.argmax()), None
-        probs = torch.zeros(self._target_vocab, dtype=torch.float32, device=logits.device)
-        probs[: self._draft_vocab] = self.sampling.probs(logits)
-        return sample_token(probs, generator), probs
-
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
-                 stopwatch: Stopwatch | None = None) -> DecodeResult:
-        """Decode; same contract as :meth:`decoders.vanilla.VanillaDecoder.generate` (``generator``: the
-        only source of randomness, required when sampling; ``stopwatch``: the runner's timer), through the
-        shared loop :func:`decoders.common.driver.decode`.
-
-        Each :class:`StepRecord` carries ``drafted`` (tokens proposed), ``accepted``, ``draft_forwards``
-        and the tokens fed to each model; ``source = {"draft": accepted, "bonus": 0 or 1}``.
-        """
-        return decode(self.target_model, _DraftChain(self), input_ids, max_new_tokens,
-                      eos_token_ids=self.eos_token_ids, sampling=self.sampling, generator=generator,
-                      stopwatch=stopwatch)
+    def proposer(self) -> "_DraftChain":
+        return _DraftChain(self.draft_model, self.vocab, self.gamma, self.eos_token_ids, self.sampling)
 
 
 class _DraftChain:
@@ -111,36 +80,48 @@ class _DraftChain:
     step; the last draft token after a fully accepted draft).
     """
 
-    def __init__(self, decoder: SpeculativeDecoder):
-        self.d = decoder
-        self.cache = new_cache(decoder.draft_model)
+    def __init__(self, draft_model: PreTrainedModel, vocab: DraftVocab, gamma: int, eos_token_ids: frozenset[int],
+                 sampling: SamplingConfig):
+        self.draft_model, self.vocab, self.gamma = draft_model, vocab, gamma
+        self.eos_token_ids, self.sampling = eos_token_ids, sampling
+        self.cache = new_cache(draft_model)
         self.feed: list[int] = []
 
     def start(self, prompt: list[int]) -> None:
         self.feed = list(prompt)
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
-        d = self.d
-        gamma = min(d.gamma, remaining - 1)
+        gamma = min(self.gamma, remaining - 1)
         tokens: list[int] = []
         probs: dict[int, torch.Tensor] = {}  # sampling only: what each draft token was drawn from
         forwards = fed = 0
         feed = self.feed + [context[-1]]
-        if gamma > 0 and max(feed) < d._draft_embed:  # an id the draft cannot embed: draft nothing
-            device = d.draft_model.get_input_embeddings().weight.device
+        if gamma > 0 and self.vocab.can_embed(feed):  # an id the draft cannot embed: draft nothing
+            device = self.draft_model.get_input_embeddings().weight.device
             while len(tokens) < gamma:
-                logits = forward(d.draft_model, torch.tensor([feed], device=device), self.cache, logits_to_keep=1)
+                logits = forward(self.draft_model, torch.tensor([feed], device=device), self.cache, logits_to_keep=1)
                 forwards += 1
                 fed += len(feed)
-                token, q = d._draft_next(logits, generator)
+                token, q = self._draft_next(logits, generator)
                 if q is not None:
                     probs[len(tokens)] = q
                 tokens.append(token)
-                if token in d.eos_token_ids:
+                if token in self.eos_token_ids:
                     break
                 feed = [token]
-        return DraftTree.chain(tokens, draft_probs=probs or None, labels=("draft",), draft_forwards=forwards,
-                               draft_tokens_fed=fed)
+        return DraftTree.chain(tokens, draft_probs=probs or None,
+                               counts=DraftCounts(labels=("draft",), draft_forwards=forwards, draft_tokens_fed=fed))
+
+    def _draft_next(self, d_logits: torch.Tensor, generator: torch.Generator | None
+                    ) -> tuple[int, torch.Tensor | None]:
+        """The draft's next token from its last-position logits, and (sampling) the distribution it was
+        drawn from, ``torch.FloatTensor`` of shape ``(target_vocab,)`` (zero beyond the shared ids)."""
+        logits = d_logits[0, -1, : self.vocab.draft]
+        if self.sampling.greedy:
+            return int(logits.argmax()), None
+        probs = torch.zeros(self.vocab.target, dtype=torch.float32, device=logits.device)
+        probs[: self.vocab.draft] = self.sampling.probs(logits)
+        return sample_token(probs, generator), probs
 
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
         committed = len(context) - len(verdict.emitted) - 1  # cached target tokens before this step

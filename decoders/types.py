@@ -2,7 +2,8 @@
 the :class:`Decoder` protocol, and the :class:`Stopwatch` hook through which the runner times a decoder.
 
 It sits at the bottom of the project: it imports nothing of the project, and decoders, the runner and the
-report build on it. Timing, text and file I/O do not live here -- decoders never see those (DESIGN.md 2b).
+report build on it. Timing, text and file I/O do not live here -- decoders never see those (docs/measurement.md,
+"How cells are measured").
 """
 
 from __future__ import annotations

@@ -83,6 +83,8 @@ from tasks import sandbox
 from tasks.supervisor import wait_until
 
 log = logging.getLogger(__name__)
+#: The task-isolation warnings of :func:`resolve` keep the logger name they had in tasks/sandbox.py.
+_isolation_log = logging.getLogger(sandbox.__name__)
 
 STATUSES = ("passed", "failed", "timeout", "error")
 
@@ -153,14 +155,14 @@ class CodeScorer:
     def for_task(cls, allow_code_execution: bool, timeout_s: float, max_memory_mb: int, max_file_mb: int,
                  isolation: str) -> "CodeScorer | None":
         """The scorer of a task's settings (``None`` when code execution is not allowed); resolves
-        ``isolation`` once (:func:`tasks.sandbox.resolve`: a warning when code will run unisolated).
+        ``isolation`` once (:func:`resolve`: a warning when code will run unisolated).
 
         Raises:
             ValueError: ``isolation=namespaces`` on a machine that offers no OS isolation (one line).
         """
         if not allow_code_execution:
             return None
-        how = sandbox.resolve(isolation)
+        how = resolve(isolation)
         return cls(float(timeout_s), int(max_memory_mb), int(max_file_mb), how or "none")
 
     def score(self, program: str) -> dict[str, Any]:
@@ -324,6 +326,50 @@ def run_program(program: str, timeout_s: float = 10.0, max_memory_mb: int = 4096
     return _result(finished, proc.returncode, detail, duration, timeout_s)
 
 
+@functools.lru_cache(maxsize=None)
+def probe() -> tuple[str | None, str]:
+    """What this machine offers, detected once per process: ``(method, "")`` when a probe program ran isolated
+    (:data:`tasks.sandbox.PROBE_PROGRAM`: its own PID namespace, no capabilities), else ``(None, why not)``."""
+    if not sys.platform.startswith("linux"):
+        return None, f"namespaces are Linux only (this is {sys.platform})"
+    if shutil.which("unshare") is None:
+        return None, "util-linux `unshare` is not on PATH"
+    how = sandbox.method()
+    try:
+        result = run_program(sandbox.PROBE_PROGRAM, timeout_s=20.0, isolation=how)
+    except ExecutionError as e:
+        return None, f"the {how} sandbox could not be set up: {' '.join(str(e).split())[-300:]}"
+    if not result.passed:
+        return None, (f"a probe program did not run isolated ({how}, {result.status}): "
+                      f"{' '.join(result.detail.split())[-300:]}")
+    return how, ""
+
+
+def resolve(mode: str) -> str | None:
+    """The method code runs under for ``task.isolation=mode``: ``root``/``userns``, or ``None`` (no OS isolation:
+    the Python guard alone). What the machine offers is detected once per process (:func:`probe`); each call
+    (a task's construction: once per run) logs one warning when code will run unisolated.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`tasks.sandbox.MODES`, or it is ``namespaces`` and this
+            machine offers no isolation (the message says why and which setting opts out).
+    """
+    if mode not in sandbox.MODES:
+        raise ValueError(f"task.isolation={mode!r}: must be one of {', '.join(sandbox.MODES)}")
+    if mode == "none":
+        _isolation_log.warning("%s: task.isolation=none", sandbox.UNISOLATED)
+        return None
+    how, why = probe()
+    if how is not None:
+        return how
+    if mode == "namespaces":
+        raise ValueError(f"task.isolation=namespaces: this machine offers no OS isolation for model-written code "
+                         f"({why}); run where Linux namespaces work, or set task.isolation=auto to run it "
+                         "with the Python guard only")
+    _isolation_log.warning("%s: task.isolation=auto and %s", sandbox.UNISOLATED, why)
+    return None
+
+
 def _method(isolation: str) -> str | None:
     """The :mod:`tasks.sandbox` method a run uses for ``isolation`` (``None``: no OS isolation).
 
@@ -338,7 +384,7 @@ def _method(isolation: str) -> str | None:
                          f"got {isolation!r}")
     if isolation == "none":
         return None
-    how, why = sandbox.probe()
+    how, why = probe()
     if how is None and isolation == "namespaces":
         raise ExecutionError(f"isolation=namespaces: this machine offers no OS isolation ({why})")
     if how is None:

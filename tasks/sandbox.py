@@ -3,8 +3,9 @@ identity, a read-only filesystem with one size-capped writable folder, a seccomp
 
 Two halves, both standard library only (the supervisor loads this file by path in a fresh interpreter):
 
-* the harness side -- :func:`resolve` (the ``task.isolation`` setting), :func:`probe` (what this machine
-  offers, detected once per process), :func:`command` (the ``unshare`` command line the supervisor runs in);
+* the harness side -- :func:`method` (which method this user gets), :func:`command` (the ``unshare`` command
+  line the supervisor runs in), :data:`PROBE_PROGRAM` (what the executor's probe runs to learn what this
+  machine offers: :func:`tasks.execution.probe`; the ``task.isolation`` setting is resolved there too);
 * the sandbox side, run by the supervisor (trusted code) inside the new namespaces -- :func:`enter` (mounts,
   before the program process exists) and :func:`drop_privileges` (in the program process, before the program).
 
@@ -37,7 +38,6 @@ harness raises instead of scoring.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import shutil
 import stat
@@ -177,53 +177,6 @@ assert len(caps) == 5 and all(int(value, 16) == 0 for _, value in caps), caps   
 assert os.statvfs('/').f_flag & os.ST_RDONLY and not os.statvfs('.').f_flag & os.ST_RDONLY   # read-only but here
 assert [line.split()[1] for line in open('/proc/self/status') if line.startswith('Seccomp:')] == ['2']  # filtered
 """
-
-
-@functools.lru_cache(maxsize=None)
-def probe() -> tuple[str | None, str]:
-    """What this machine offers, detected once per process: ``(method, "")`` when a probe program ran isolated
-    (:data:`PROBE_PROGRAM`: its own PID namespace, no capabilities), else ``(None, why not)``."""
-    if not sys.platform.startswith("linux"):
-        return None, f"namespaces are Linux only (this is {sys.platform})"
-    if shutil.which("unshare") is None:
-        return None, "util-linux `unshare` is not on PATH"
-    from tasks.execution import ExecutionError, run_program  # the executor runs the probe itself
-    how = method()
-    try:
-        result = run_program(PROBE_PROGRAM, timeout_s=20.0, isolation=how)
-    except ExecutionError as e:
-        return None, f"the {how} sandbox could not be set up: {' '.join(str(e).split())[-300:]}"
-    if not result.passed:
-        return None, (f"a probe program did not run isolated ({how}, {result.status}): "
-                      f"{' '.join(result.detail.split())[-300:]}")
-    return how, ""
-
-
-def resolve(mode: str) -> str | None:
-    """The method code runs under for ``task.isolation=mode``: ``root``/``userns``, or ``None`` (no OS isolation:
-    the Python guard alone). What the machine offers is detected once per process (:func:`probe`); each call
-    (a task's construction: once per run) logs one warning when code will run unisolated.
-
-    Raises:
-        ValueError: ``mode`` is not one of :data:`MODES`, or it is ``namespaces`` and this machine offers no
-            isolation (the message says why and which setting opts out).
-    """
-    import logging
-    if mode not in MODES:
-        raise ValueError(f"task.isolation={mode!r}: must be one of {', '.join(MODES)}")
-    log = logging.getLogger(__name__)
-    if mode == "none":
-        log.warning("%s: task.isolation=none", UNISOLATED)
-        return None
-    how, why = probe()
-    if how is not None:
-        return how
-    if mode == "namespaces":
-        raise ValueError(f"task.isolation=namespaces: this machine offers no OS isolation for model-written code "
-                         f"({why}); run where Linux namespaces work, or set task.isolation=auto to run it "
-                         "with the Python guard only")
-    log.warning("%s: task.isolation=auto and %s", UNISOLATED, why)
-    return None
 
 
 # ------------------------------------------------------------------------------------------ sandbox side

@@ -1,6 +1,7 @@
 """Config integrity: every config composes and instantiates; every group has a typed schema
-(harness/config/schemas.py, checked by harness/config/compose.py) that refuses unknown keys with the valid names and values out of bounds with their range,
-before any task data is read or any model is fetched or loaded; schemas and constructors cannot drift."""
+(harness/config/schemas.py, generated from the registered decoders and tasks; checked by harness/config/check.py)
+that refuses unknown keys with the valid names and values out of bounds with their range, before any task data is
+read or any model is fetched or loaded; schemas and constructors cannot drift."""
 
 from __future__ import annotations
 

@@ -127,7 +127,8 @@ def test_no_hand_written_config_restates_a_declared_default(group):
     for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
         node = yaml.safe_load(path.read_text())
         schema = S.SCHEMAS[group][node["defaults"][0]]
-        declared = {f.name: f.default for f in dataclasses.fields(schema) if "help" in f.metadata}
+        declared = {f.name: f.default for f in dataclasses.fields(schema)
+                    if "help" in f.metadata or f.name in ("_target_", "name")}   # the class: from the registry
         restated = [k for k, v in node.items() if k in declared and v == declared[k]]
         assert not restated, f"conf/{group}/{path.name} restates the declared default of {restated}"
 

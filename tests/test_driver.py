@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from decoders.common.driver import DraftTree, decode
+from decoders.common.driver import DraftCounts, DraftTree, decode
 from decoders.common.sampling import GREEDY
 from decoders.vanilla import VanillaDecoder
 
@@ -49,7 +49,8 @@ def _run(target, ids, make, eos=frozenset()):
 
 
 def test_oracle_chain_is_accepted_whole(target, prompt_ids):
-    res = _run(target, prompt_ids[0], lambda c, r, truth: DraftTree.chain(truth[: min(5, r - 1)], labels=("draft",)))
+    res = _run(target, prompt_ids[0], lambda c, r, truth: DraftTree.chain(truth[: min(5, r - 1)],
+                                                                   counts=DraftCounts(labels=("draft",))))
     for s in res.steps[1:-1]:
         assert s.accepted == s.drafted == 5 and s.emitted == 6 and s.source == {"draft": 5, "bonus": 1}
 
@@ -69,7 +70,7 @@ def test_random_trees_with_decoys_keep_vanilla_output(target, prompt_ids):
             parents.append(right)
             origins.append("right")
             right = len(tokens) - 1
-        return DraftTree(tokens=tokens, parents=parents, origins=origins, labels=("right", "decoy"))
+        return DraftTree(tokens=tokens, parents=parents, counts=DraftCounts(origins=origins, labels=("right", "decoy")))
 
     for ids in prompt_ids[:4]:
         res = _run(target, ids, make)
@@ -82,7 +83,8 @@ def test_unverified_nodes_are_fed_but_never_accepted(target, prompt_ids):
     """A Jacobi-window-like node holding the right token but marked verified=False is not accepted."""
     def make(context, remaining, truth):
         n = min(3, remaining - 1)
-        return DraftTree(tokens=truth[:n], parents=list(range(-1, n - 1)), verified=[False] * n, drafted=0)
+        return DraftTree(tokens=truth[:n], parents=list(range(-1, n - 1)), verified=[False] * n,
+                         counts=DraftCounts(drafted=0))
 
     res = _run(target, prompt_ids[1], make)
     assert all(s.accepted == 0 and s.emitted == 1 for s in res.steps[1:])

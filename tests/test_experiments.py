@@ -1,4 +1,4 @@
-"""The experiment presets and the tuning step (benchmarks/tune.py).
+"""The experiment presets and the tuning step (benchmarks/tune.py: :mod:`harness.protocols.tune`).
 
 * Every ``conf/experiment`` preset composes with Hydra and passes the schema validation that ``run.py`` runs
   before anything (``harness.config.precheck.precheck``: every sweep value of ``hydra.sweeper.params``), without loading a
@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +23,10 @@ from omegaconf import OmegaConf
 import harness.job.app
 import harness.config.precheck
 import harness.config.compose
+import harness.config.tuned
 from harness.config.precheck import check_choices, missing_decoder_configs, precheck
 from harness.config.compose import ConfigError
+from harness.protocols import tune, tune_select
 from tests.fixture_rows import _row, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,12 +37,6 @@ TUNE = ["tune_all", "tune_all_mbpp", "tune_speculative", "tune_lookahead", "tune
         "tune_hf_assisted", "tune_ouroboros", "tune_trees"]
 #: Presets measured at tune_all's 128 tokens (tune_trees: the tree points of tune_all, to add to its run).
 TUNE_128 = ("tune_all", "tune_trees")
-
-_spec = importlib.util.spec_from_file_location("tune", ROOT / "benchmarks" / "tune.py")
-tune = importlib.util.module_from_spec(_spec)
-sys.modules["tune"] = tune
-_spec.loader.exec_module(tune)
-
 
 @pytest.fixture
 def nothing_may_load(monkeypatch):
@@ -101,10 +95,10 @@ def test_tuning_presets_run_on_the_dev_split(name):
     assert decoders[0] == "vanilla" and len(decoders) >= 3
     family = {"tune_trees": "opt_tree"}.get(name, name.removeprefix("tune_"))
     if family not in ("all", "all_mbpp"):
-        assert all(family in tune.FAMILIES_OF_TARGET[cfg.decoder[d]._target_] for d in decoders[1:])
+        assert all(family in tune_select.FAMILIES_OF_TARGET[cfg.decoder[d]._target_] for d in decoders[1:])
     else:
-        covered = {f for d in decoders[1:] for f in tune.FAMILIES_OF_TARGET[cfg.decoder[d]._target_]}
-        assert covered == set(tune.FAMILIES)
+        covered = {f for d in decoders[1:] for f in tune_select.FAMILIES_OF_TARGET[cfg.decoder[d]._target_]}
+        assert covered == set(tune_select.FAMILIES)
         assert all(cfg.decoder[d].get("pool_scope", "sample") == "sample" for d in decoders)   # cold only
 
 
@@ -127,6 +121,7 @@ def _use_conf(conf, monkeypatch):
     """Point composition and the launch checks at the config tree ``conf`` (a copy of conf/)."""
     monkeypatch.setattr(harness.config.precheck, "CONF_DIR", conf)
     monkeypatch.setattr(harness.config.compose, "CONF_DIR", conf)
+    monkeypatch.setattr(harness.config.tuned, "CONF_DIR", conf)
     monkeypatch.setattr(harness.config.compose.compose, "__kwdefaults__",
                         {**harness.config.compose.compose.__kwdefaults__, "config_dir": conf})
 

@@ -1,15 +1,15 @@
 """The README's headline table and the committed race report regenerate from the committed rows, byte for
-byte (benchmarks/headline.py --check), and the check fails on a hand edit of either."""
+byte (benchmarks/headline.py --check: :mod:`harness.protocols.headline`), and the check fails on a hand edit
+of either."""
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from harness.protocols import headline
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import headline  # noqa: E402
 
 
 def test_headline_and_committed_report_are_up_to_date(capsys):

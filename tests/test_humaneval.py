@@ -167,9 +167,9 @@ def test_execution_limits_are_bounded(setting, value):
 
 
 def test_namespaces_are_required_unless_opted_out(monkeypatch, caplog):
-    from tasks import sandbox
+    from tasks import execution
 
-    monkeypatch.setattr(sandbox, "probe", lambda: (None, "util-linux `unshare` is not on PATH"))
+    monkeypatch.setattr(execution, "probe", lambda: (None, "util-linux `unshare` is not on PATH"))
     with pytest.raises(ValueError, match="task.isolation=namespaces: this machine offers no OS isolation .*"
                                          "task.isolation=auto"):
         HumanEval(prompt_style="completion", allow_code_execution=True)
@@ -203,9 +203,9 @@ def _job(tmp_path, *overrides):
 @pytest.mark.parametrize("isolation", ["namespaces", "none"])
 def test_summary_and_report_say_how_code_ran(isolation, tmp_path):
     from harness.rows.columns import code_isolation_text
-    from tasks import sandbox
+    from tasks import execution, sandbox
 
-    how = sandbox.probe()[0] if isolation == "namespaces" else None
+    how = execution.probe()[0] if isolation == "namespaces" else None
     if isolation == "namespaces" and how is None:
         pytest.skip("no OS isolation on this machine")
     summary, report = _job(tmp_path, f"task.isolation={isolation}")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 import torch
 
 from decoders.lookahead import LookaheadDecoder
-from decoders.vanilla import VanillaDecoder
-from harness.job.models import build_tiny_random
+from tests.decoder_checks import (assert_positions_stay_below_max_position_embeddings,
+                                  assert_refuses_arguments_it_does_not_take, assert_refuses_bad_generate_calls,
+                                  memoised_vanilla)
 
 MAX_NEW = 32
 # (W, N, G): N from 2 to 7, W != G, G = 1, G = 0, W = 1, and the paper's 7B setting (W = G = 15, N = 5).
@@ -19,16 +21,7 @@ GRID = [(4, 2, 2), (3, 3, 1), (5, 4, 2), (2, 5, 4), (6, 6, 3), (3, 7, 5), (4, 4,
 @pytest.fixture(scope="module")
 def vanilla(target, prompt_ids):
     """Memoised vanilla reference: ``vanilla(i or input_ids, max_new_tokens, eos_ids) -> token ids``."""
-    memo: dict = {}
-
-    def run(i: int | torch.Tensor, max_new: int = MAX_NEW, eos: frozenset = frozenset()) -> tuple[int, ...]:
-        ids = prompt_ids[i] if isinstance(i, int) else i
-        key = (tuple(ids[0].tolist()), max_new, eos)
-        if key not in memo:
-            memo[key] = VanillaDecoder(target, eos_token_ids=eos).generate(ids, max_new).token_ids
-        return memo[key]
-
-    return run
+    return memoised_vanilla(target, prompt_ids, MAX_NEW)
 
 
 @pytest.mark.parametrize("W, N, G", GRID, ids=[f"W{w}-N{n}-G{g}" for w, n, g in GRID])
@@ -164,24 +157,8 @@ def test_deterministic_given_seed(target, prompt_ids):
 
 def test_positions_stay_below_max_position_embeddings(tokenizer, prompt_ids):
     """Near the end of the context window the lookahead window and n-grams are cut, not overflowed."""
-    max_pos = 64
-    config = dict(model_type="qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_pos)
-    model = build_tiny_random(config, seed=3, vocab_size=len(tokenizer))
-    seen: list[int] = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append(int(kwargs["position_ids"].max())), with_kwargs=True
-    )
-    try:
-        ids = prompt_ids[2]  # 30 tokens
-        max_new = max_pos - ids.shape[1]  # vanilla's last fed token sits at max_pos - 2
-        ref = VanillaDecoder(model).generate(ids, max_new).token_ids
-        seen.clear()
-        res = LookaheadDecoder(model, window_size=6, ngram_size=5, guess_set_size=4).generate(ids, max_new)
-    finally:
-        hook.remove()
-    assert res.token_ids == ref
-    assert max(seen) <= max_pos - 1
+    assert_positions_stay_below_max_position_embeddings(  # prompt 2: 30 tokens
+        tokenizer, prompt_ids[2], lambda model: LookaheadDecoder(model, window_size=6, ngram_size=5, guess_set_size=4))
 
 
 @pytest.mark.parametrize(
@@ -195,17 +172,10 @@ def test_config_errors(target, kwargs):
 
 
 def test_batch_and_length_errors(target, prompt_ids):
-    dec = LookaheadDecoder(target)
-    with pytest.raises(ValueError):
-        dec.generate(prompt_ids[0], 0)
-    with pytest.raises(ValueError):
-        dec.generate(torch.cat([prompt_ids[0], prompt_ids[0]]), 4)
+    assert_refuses_bad_generate_calls(LookaheadDecoder(target), prompt_ids[0])
 
 
 def test_refuses_arguments_it_does_not_take(target):
     """No **kwargs: a draft model (or a misspelt option) is an error, not silently ignored; the app passes
     only the runner-supplied arguments a constructor names (harness.job.app.build_decoder)."""
-    with pytest.raises(TypeError, match="draft_model"):
-        LookaheadDecoder(target, draft_model=None, window_size=3, ngram_size=3, guess_set_size=2)
-    with pytest.raises(TypeError, match="window"):
-        LookaheadDecoder(target, window=3)
+    assert_refuses_arguments_it_does_not_take(functools.partial(LookaheadDecoder, target), "window")

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness.rows.results import cpu_isa, device_name, emulated_half_note, native_half_precision, parse_cpuinfo
+from harness.rows.machine import cpu_isa, device_name, emulated_half_note, native_half_precision, parse_cpuinfo
 from tests.test_runner import _rows, _run
 
 # Two machines sold as "AMD EPYC": Zen 3 (AVX2 only) and Zen 4 (AVX-512 with bf16 dot products).
@@ -36,10 +36,10 @@ def test_cpuinfo_tells_apart_two_machines_of_one_model_name(monkeypatch):
     assert native_half_precision("float16", zen4["flags"]) is False   # avx512_bf16 is not fp16
     assert native_half_precision("float32", zen3["flags"]) is True
     assert native_half_precision("bfloat16", []) is None                 # unknown: no claim either way
-    import harness.rows.results
+    import harness.rows.machine
     names = []
     for text in (ZEN3, ZEN4):
-        monkeypatch.setattr(harness.rows.results, "_cpuinfo", lambda t=text: parse_cpuinfo(t))
+        monkeypatch.setattr(harness.rows.machine, "_cpuinfo", lambda t=text: parse_cpuinfo(t))
         names.append(device_name("cpu"))
     assert names[0] != names[1] and names[0].startswith("AMD EPYC [25/1] (") and names[0].endswith(", avx2)")
 
@@ -55,12 +55,12 @@ def test_emulated_half_note_only_for_half_precision_on_a_cpu_without_its_units()
 
 @pytest.mark.parametrize("cpuinfo, warned", [(ZEN3, True), (ZEN4, False)])
 def test_bf16_run_on_a_cpu_without_bf16_units_is_flagged(tmp_path, monkeypatch, caplog, cpuinfo, warned):
-    import harness.rows.results
+    import harness.rows.machine
     from harness.rows import flags
     from harness.rows import grouping
     from harness.rows import metrics
 
-    monkeypatch.setattr(harness.rows.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
+    monkeypatch.setattr(harness.rows.machine, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
     _run(tmp_path, "model.dtype=bfloat16", "decoder=[vanilla,speculative]")
     rows = _rows(tmp_path)
     assert {r["native_half_precision"] for r in rows} == {not warned}
@@ -80,10 +80,10 @@ def test_dtype_auto_is_bfloat16_only_where_the_cpu_computes_it(monkeypatch, cpui
     are unreadable); bfloat16 on CUDA; explicit names are taken as they are."""
     import torch
 
-    import harness.rows.results
+    import harness.rows.machine
     from harness.job.models import resolve_dtype
 
-    monkeypatch.setattr(harness.rows.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
+    monkeypatch.setattr(harness.rows.machine, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
     assert resolve_dtype("auto", "cpu") == getattr(torch, expected)
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16 and resolve_dtype("float32", "cpu") == torch.float32
@@ -93,9 +93,9 @@ def test_dtype_auto_is_bfloat16_only_where_the_cpu_computes_it(monkeypatch, cpui
 
 @pytest.mark.parametrize("cpuinfo, expected", [(ZEN3, "float32"), (ZEN4, "bfloat16")])
 def test_dtype_auto_records_the_resolved_dtype_in_rows_and_meta(tmp_path, monkeypatch, cpuinfo, expected):
-    import harness.rows.results
+    import harness.rows.machine
 
-    monkeypatch.setattr(harness.rows.results, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
+    monkeypatch.setattr(harness.rows.machine, "_cpuinfo", lambda: parse_cpuinfo(cpuinfo))
     _run(tmp_path, "model.dtype=auto", "decoder=[vanilla,speculative]")
     rows = _rows(tmp_path)
     assert {r["dtype"] for r in rows} == {expected}

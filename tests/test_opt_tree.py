@@ -103,8 +103,8 @@ class _CheckingGrower(_TreeGrower):
 
     def accepted(self, context, tree, verdict):
         super().accepted(context, tree, verdict)
-        fresh = new_cache(self.d.draft_model)
-        forward(self.d.draft_model, torch.tensor([context[: self.cached]]), fresh)
+        fresh = new_cache(self.decoder.draft_model)
+        forward(self.decoder.draft_model, torch.tensor([context[: self.cached]]), fresh)
         assert self.cache.get_seq_length() == self.cached
         for mine, ref in zip(self.cache.layers, fresh.layers):
             torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)

@@ -10,10 +10,10 @@ import torch
 from decoders.common.jacobi import JacobiWindow
 from decoders.common.ngram_pool import NGramPool
 from decoders.common.tree import chain_with_branches, prepend_chain, tree_attention
-from decoders.common.lookahead_step import LookaheadDrafter
+from decoders.common.lookahead_drafter import LookaheadDrafter
 from decoders.ouroboros import OuroborosDecoder, recycle_verification
-from decoders.vanilla import VanillaDecoder
-from harness.job.models import build_tiny_random
+from tests.decoder_checks import (assert_positions_stay_below_max_position_embeddings,
+                                  assert_refuses_bad_generate_calls, memoised_vanilla)
 
 MAX_NEW = 32
 REPETITIVE = (2, 3, 8, 11)  # indices of highly repetitive conftest prompts
@@ -29,17 +29,7 @@ PROMPTS_FOR = {(12, 20, 7, 20, 3): (*REPETITIVE, 0, 4)}
 @pytest.fixture(scope="module")
 def vanilla(target, prompt_ids):
     """Memoised vanilla reference: ``vanilla(i or input_ids, max_new_tokens, eos_ids, model) -> token ids``."""
-    memo: dict = {}
-
-    def run(i, max_new: int = MAX_NEW, eos: frozenset = frozenset(), model=None) -> tuple[int, ...]:
-        model = target if model is None else model
-        ids = prompt_ids[i] if isinstance(i, int) else i
-        key = (tuple(ids[0].tolist()), max_new, eos, id(model))
-        if key not in memo:
-            memo[key] = VanillaDecoder(model, eos_token_ids=eos).generate(ids, max_new).token_ids
-        return memo[key]
-
-    return run
+    return memoised_vanilla(target, prompt_ids, MAX_NEW)
 
 
 def _check_steps(res, gamma: int, ngram_size: int, prompt_len: int) -> None:
@@ -253,25 +243,9 @@ def test_cold_pool_forgets_and_warm_pool_remembers(target, noisy_draft, prompt_i
 
 def test_positions_stay_below_max_position_embeddings(tokenizer, prompt_ids):
     """Near the end of the context window drafts, suffixes and the draft's window are cut, not overflowed."""
-    max_pos = 64
-    config = dict(model_type="qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_pos)
-    model = build_tiny_random(config, seed=3, vocab_size=len(tokenizer))
-    seen: list[int] = []
-    hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append(int(kwargs["position_ids"].max())), with_kwargs=True
-    )
-    try:
-        ids = prompt_ids[2]  # 30 tokens
-        max_new = max_pos - ids.shape[1]  # vanilla's last fed token sits at max_pos - 2
-        ref = VanillaDecoder(model).generate(ids, max_new).token_ids
-        seen.clear()
-        res = OuroborosDecoder(model, model, gamma=6, window_size=6, ngram_size=5, guess_set_size=4,
-                               topk=3).generate(ids, max_new)
-    finally:
-        hook.remove()
-    assert res.token_ids == ref
-    assert max(seen) <= max_pos - 1
+    assert_positions_stay_below_max_position_embeddings(  # prompt 2: 30 tokens
+        tokenizer, prompt_ids[2], lambda model: OuroborosDecoder(model, model, gamma=6, window_size=6, ngram_size=5,
+                                                                 guess_set_size=4, topk=3))
 
 
 def test_recycle_verification():
@@ -323,11 +297,7 @@ def test_needs_draft(target):
 
 
 def test_batch_and_length_errors(target, noisy_draft, prompt_ids):
-    dec = OuroborosDecoder(target, noisy_draft)
-    with pytest.raises(ValueError):
-        dec.generate(prompt_ids[0], 0)
-    with pytest.raises(ValueError):
-        dec.generate(torch.cat([prompt_ids[0], prompt_ids[0]]), 4)
+    assert_refuses_bad_generate_calls(OuroborosDecoder(target, noisy_draft), prompt_ids[0])
 
 
 @pytest.mark.parametrize("pool_scope", ["sample", "task"])

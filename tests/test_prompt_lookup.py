@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from decoders.prompt_lookup import PromptLookupDecoder
-from decoders.vanilla import VanillaDecoder
+from tests.decoder_checks import (assert_refuses_arguments_it_does_not_take, assert_refuses_bad_generate_calls,
+                                  memoised_vanilla)
 
 MAX_NEW = 32
 GRID = [(3, 10), (1, 1), (2, 4), (5, 3)]  # (max_ngram_size, num_draft_tokens)
@@ -15,16 +18,7 @@ GRID = [(3, 10), (1, 1), (2, 4), (5, 3)]  # (max_ngram_size, num_draft_tokens)
 @pytest.fixture(scope="module")
 def vanilla(target, prompt_ids):
     """Memoised vanilla reference: ``vanilla(i or input_ids, max_new_tokens, eos_ids) -> token ids``."""
-    memo: dict = {}
-
-    def run(i: int | torch.Tensor, max_new: int = MAX_NEW, eos: frozenset = frozenset()) -> tuple[int, ...]:
-        ids = prompt_ids[i] if isinstance(i, int) else i
-        key = (tuple(ids[0].tolist()), max_new, eos)
-        if key not in memo:
-            memo[key] = VanillaDecoder(target, eos_token_ids=eos).generate(ids, max_new).token_ids
-        return memo[key]
-
-    return run
+    return memoised_vanilla(target, prompt_ids, MAX_NEW)
 
 
 @pytest.mark.parametrize("max_ngram, k", GRID, ids=[f"n{n}-k{k}" for n, k in GRID])
@@ -95,17 +89,10 @@ def test_config_errors(target, kwargs):
 
 
 def test_batch_and_length_errors(target, prompt_ids):
-    dec = PromptLookupDecoder(target)
-    with pytest.raises(ValueError):
-        dec.generate(prompt_ids[0], 0)
-    with pytest.raises(ValueError):
-        dec.generate(torch.cat([prompt_ids[0], prompt_ids[0]]), 4)
+    assert_refuses_bad_generate_calls(PromptLookupDecoder(target), prompt_ids[0])
 
 
 def test_refuses_arguments_it_does_not_take(target):
     """No **kwargs: a draft model (or a misspelt option) is an error, not silently ignored; the app passes
     only the runner-supplied arguments a constructor names (harness.job.app.build_decoder)."""
-    with pytest.raises(TypeError, match="draft_model"):
-        PromptLookupDecoder(target, draft_model=None)
-    with pytest.raises(TypeError, match="num_draft_token"):
-        PromptLookupDecoder(target, num_draft_token=4)
+    assert_refuses_arguments_it_does_not_take(functools.partial(PromptLookupDecoder, target), "num_draft_token")

@@ -1,4 +1,4 @@
-"""harness.regress.gate: a gate that can fail. It passes an identical re-run and fails a 10 % slowdown of any single
+"""harness.regress: a gate that can fail. It passes an identical re-run and fails a 10 % slowdown of any single
 decoder on the reference race rows, doctored counters, a new divergence and a missing cell; its speed margin
 comes from run-to-run noise (replicates), never from how samples differ; incomparable runs are refused.
 
@@ -22,6 +22,9 @@ import pytest
 
 from fixture_rows import fixture_rows, real_run, write_run
 from harness.rows import columns
+from harness.regress import cells as gate_cells
+from harness.regress import checks as gate_checks
+from harness.regress import noise as gate_noise
 from harness.regress import gate as regress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +49,7 @@ def regressions(out: str) -> list[str]:
 
 def test_baseline_is_small_json(baseline):
     data = json.loads(baseline.read_text())
-    assert data["meta"]["version"] == regress.BASELINE_VERSION == 3
+    assert data["meta"]["version"] == gate_cells.BASELINE_VERSION == 3
     cell = data["cells"][SPEC]
     assert cell["speedup"] == pytest.approx(2.0) and cell["accept_length"] == pytest.approx(28 / 9)
     assert cell["samples"] == 4 and cell["divergent_samples"] == [] and cell["max_new_tokens"] == "64"
@@ -194,30 +197,30 @@ def test_margin_comes_from_replicates(tmp_path, capsys):
 
 
 def test_speed_margin_formula():
-    tol = regress.Tolerances()
+    tol = gate_checks.Tolerances()
     one = {"noise": None, "counts": [1, 1], "replicates": 1}
-    m, how = regress.speed_margin(one, one, tol)                          # assumed 3 % per side, k=2
+    m, how = gate_noise.speed_margin(one, one, tol)                        # assumed 3 % per side, k=2
     assert m == pytest.approx(1 - math.exp(-2 * 0.03 * 2 ** 0.5)) and "ASSUMED" in how
     three = {"noise": None, "counts": [3, 3], "replicates": 3}
-    m, _ = regress.speed_margin(three, one, tol)
+    m, _ = gate_noise.speed_margin(three, one, tol)
     assert m == pytest.approx(1 - math.exp(-2 * 0.03 * (1 / 3 + 1) ** 0.5))
     # measured: baseline se = sigma x sqrt(sum c_s / n_s) / S (per-sample medians), run se = sigma x sqrt(c / N)
     # (one median over all its N values); c = pi/2 for medians of >= 3 values
     b = {"noise": 0.10, "counts": [5, 5, 5], "replicates": 5}
     c = {"noise": 0.20, "counts": [5, 5, 5], "replicates": 5}
     se_b, se_c = 0.10 * (3 * math.pi / 2 / 5) ** 0.5 / 3, 0.20 * (math.pi / 2 / 15) ** 0.5
-    m, how = regress.speed_margin(b, c, tol)
+    m, how = gate_noise.speed_margin(b, c, tol)
     assert m == pytest.approx(1 - math.exp(-2 * (se_b ** 2 + se_c ** 2) ** 0.5)) and "measured" in how
-    m, how = regress.speed_margin(b, one, tol)                            # the run borrows the baseline's sigma
+    m, how = gate_noise.speed_margin(b, one, tol)                          # the run borrows the baseline's sigma
     assert m == pytest.approx(1 - math.exp(-2 * (se_b ** 2 + 0.10 ** 2 / 2) ** 0.5))
     assert "other's sigma" in how
     tiny = {"noise": 0.001, "counts": [5, 5], "replicates": 5}
-    m, how = regress.speed_margin(tiny, tiny, tol)                        # floor
+    m, how = gate_noise.speed_margin(tiny, tiny, tol)                      # floor
     assert m == pytest.approx(0.02) and "floor" in how
-    assert regress.speed_margin(tiny, tiny, tol, floor=0.25)[0] == pytest.approx(0.25)
+    assert gate_noise.speed_margin(tiny, tiny, tol, floor=0.25)[0] == pytest.approx(0.25)
     # a margin beyond max_margin is not capped into a pass: the check cannot be judged
     wild = {"noise": 2.0, "counts": [5, 5], "replicates": 5}
-    m, how = regress.speed_margin(b, wild, tol)
+    m, how = gate_noise.speed_margin(b, wild, tol)
     assert m is None and "noise too large" in how
 
 
@@ -240,10 +243,10 @@ def _limits(out: str) -> list[float]:
 def test_ci_gate_limits_are_positive_and_catch_a_slowdown(capsys):
     # Reproducer: the tiny-model CI gate had limits like `>= -0.513`: it could not fail on speed.
     data = json.loads(TINY_BASELINE.read_text())
-    assert data["meta"]["version"] == regress.BASELINE_VERSION
+    assert data["meta"]["version"] == gate_cells.BASELINE_VERSION
     tol = ci_tolerances()
-    same = regress.compare(data, data, tol)
-    text = regress.format_checks(same)
+    same = gate_checks.compare(data, data, tol)
+    text = gate_checks.format_checks(same)
     assert not [c for c in same if c.failed or c.unjudged]
     limits = _limits(text)
     assert limits and min(limits) > 0
@@ -260,7 +263,7 @@ def test_ci_gate_limits_are_positive_and_catch_a_slowdown(capsys):
         slow["cells"][name]["speedup_values"] = {k: [x + math.log(0.45) for x in v] for k, v in values.items()}
         old_limit = cell["speedup"] - max(0.5, 0.6 * cell["speedup"])  # the old gate's (its std term only widened it)
         assert slow["cells"][name]["speedup"] >= old_limit              # ... so the old gate passed this slowdown
-        assert [c.cell for c in regress.compare(data, slow, tol) if c.failed] == [name]
+        assert [c.cell for c in gate_checks.compare(data, slow, tol) if c.failed] == [name]
 
 
 def _ci_gate_args() -> dict[str, float]:
@@ -272,10 +275,11 @@ def _ci_gate_args() -> dict[str, float]:
     return {k: float(v) for k, v in pairs}
 
 
-def ci_tolerances() -> regress.Tolerances:
+def ci_tolerances() -> gate_checks.Tolerances:
     args = _ci_gate_args()
-    return regress.Tolerances(k=args["--k"], min_margin=args["--min-margin"], max_margin=args["--max-margin"],
-                              max_load_per_core=args["--max-load-per-core"], max_contention=args["--max-contention"])
+    return gate_checks.Tolerances(k=args["--k"], min_margin=args["--min-margin"], max_margin=args["--max-margin"],
+                                  max_load_per_core=args["--max-load-per-core"],
+                                  max_contention=args["--max-contention"])
 
 
 def test_committed_baseline_is_current():
@@ -289,10 +293,10 @@ def test_committed_baseline_is_current():
     for cell in data["cells"].values():
         assert cell["device_name"] == meta["device_name"]
         assert cell["replicates"] >= 3 * 5                  # 3 runs x their repeats
-        assert not regress._contended(cell)                 # a quiet baseline (where contention was measured)
+        assert not gate_checks.contended(cell)              # a quiet baseline (where contention was measured)
         if cell["decoder"] != "vanilla":
             assert cell["speedup_noise"] is not None
-    checks = regress.compare(data, data, ci_tolerances())
+    checks = gate_checks.compare(data, data, ci_tolerances())
     assert not [c for c in checks if c.failed or c.unjudged]
     assert _ci_gate_args()["--max-margin"] < 0.5
 
@@ -344,6 +348,26 @@ def test_write_baseline_cli(tmp_path, capsys):
     assert regress.main(["--write-baseline", str(run), "--out", str(tmp_path / "b.json")]) == 0
     assert "4 cells" in capsys.readouterr().out
     assert regress.main(["--baseline", str(tmp_path / "b.json"), "--current", str(run)]) == 0
+
+
+def test_help_names_the_exit_statuses_and_a_docs_page_that_exists(capsys):
+    # The gate's --help carries its usage, checks and exit statuses; the statistics live in a docs page of the
+    # repository, which every citation in the gate's modules and the CI script must find (heading included).
+    with pytest.raises(SystemExit) as exit_:
+        regress.main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--write-baseline RUN [RUN ...] --out baseline.json" in out and "3 no regression found" in out
+    cited = []
+    for f in [*sorted((ROOT / "harness" / "regress").glob("*.py")), ROOT / "benchmarks" / "ci_regress.sh"]:
+        text = f.read_text()
+        assert "DESIGN.md" not in text and "ALGORITHMS.md" not in text, f
+        for page, heading in re.findall(r'(docs/[a-z_]+\.md), "([^"]+)"', text):
+            headings = re.findall(r"^#+ (.+)$", (ROOT / page).read_text(), re.M)
+            assert " ".join(heading.split()) in headings, (f, page, heading)   # a citation may wrap a line
+            cited.append(f.name)
+    assert {"gate.py", "noise.py", "checks.py", "ci_regress.sh"} <= set(cited)
+    assert "docs/measurement.md" in out
 
 
 # ------------------------------------------------------------------------------------------ the runner's own rows
@@ -550,12 +574,12 @@ def test_row_contention_and_pairs_left_out(tmp_path):
     rows = tiny_gate_rows("c", load=1.0, seed=1, burners=0)
     for r in rows:
         r["run_delay_s"] = 0.5 * r["wall_time_s"] if r["decoder"] == "speculative" and r["repeat"] == 0 else 0.0
-    cells = regress.summarize_cells([write_run(tmp_path / "c", rows)])["cells"]
+    cells = gate_cells.summarize_cells([write_run(tmp_path / "c", rows)])["cells"]
     spec = next(c for c in cells.values() if c["decoder"] == "speculative")
     assert spec["contention"]["timed"] == 15 and spec["contention"]["over"] == 3     # 3 of 15 pairs contended
     assert sum(len(v) for v in spec["speedup_values"].values()) == 12    # left out of the figure
     legacy = [{k: v for k, v in r.items() if k not in ("run_delay_s", "cpu_time_s")} for r in rows]
-    cells = regress.summarize_cells([write_run(tmp_path / "legacy", legacy)])["cells"]
+    cells = gate_cells.summarize_cells([write_run(tmp_path / "legacy", legacy)])["cells"]
     assert all(c["contention"]["measured"] == 0 for c in cells.values())
 
 
@@ -577,8 +601,8 @@ def test_unchanged_run_never_fails_beside_cpu_burners(burners, seed, tiny_baseli
     if burners <= 1:
         assert status == 0 and all(" ok " in line or " improved " in line for line in lines), out
     else:
-        assert status == regress.EXIT_UNJUDGED and all(" UNGATED " in line and "contended: " in line
-                                                       for line in lines), out
+        assert status == gate_checks.EXIT_UNJUDGED and all(" UNGATED " in line and "contended: " in line
+                                                           for line in lines), out
         assert "NOT A PASS" in out and "timed pairs waited > 5% of their wall time for a CPU" in out
 
 
@@ -625,7 +649,7 @@ def test_busy_machine_is_refused_not_passed(tiny_baseline, tmp_path, capsys):
     # (load 6 on 2 cores > 2.5 x cores).
     for name, slow in (("busy", None), ("busy_slow", {"speculative": 2.0})):
         rows = tiny_gate_rows(name, load=2.4, seed=1, slow=slow, burners=3)
-        assert ci_gate(tiny_baseline, rows, tmp_path, name) == regress.EXIT_UNJUDGED == 3
+        assert ci_gate(tiny_baseline, rows, tmp_path, name) == gate_checks.EXIT_UNJUDGED == 3
         out = capsys.readouterr().out
         assert "NOT A PASS" in out and "contended: " in out
         assert len([line for line in speed_checks(out) if " UNGATED " in line]) == 4 and not regressions(out)
@@ -678,7 +702,7 @@ def test_write_baseline_refuses_busy_rows(tmp_path, capsys):
 def test_tokens_per_s_note_names_thread_counts(tiny_baseline, tmp_path, capsys):
     base = json.loads(tiny_baseline.read_text())
     base["meta"]["torch_num_threads"] = 2
-    cur = regress.summarize_cells([write_run(tmp_path / "t", tiny_gate_rows("t", load=1.0, seed=4, burners=0))])
+    cur = gate_cells.summarize_cells([write_run(tmp_path / "t", tiny_gate_rows("t", load=1.0, seed=4, burners=0))])
     cur["meta"]["torch_num_threads"] = 1
-    notes = [c for c in regress.compare(base, cur, ci_tolerances()) if c.metric == "tokens_per_s"]
+    notes = [c for c in gate_checks.compare(base, cur, ci_tolerances()) if c.metric == "tokens_per_s"]
     assert notes and all(c.verdict == "note" and "thread count" in c.limit for c in notes)

@@ -24,9 +24,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-import harness.rows.results
+import harness.rows.machine
 from harness.job.app import CONF_DIR, main_job
-from harness.job.resume import latest_rows, repair_trailing_newline
+from harness.job.resume import repair_trailing_newline
+from harness.rows.identity import latest_rows
 
 BASE = ["model=tiny-random", "task.limit=2", "runner.max_new_tokens=12", "runner.warmup=0", "runner.score=false",
         "decoder=[vanilla,speculative]"]
@@ -227,19 +228,19 @@ def test_changed_data_file_is_refused(tmp_path, capsys):
 
 
 def test_changed_code_version_is_refused(run, capsys, monkeypatch):
-    monkeypatch.setattr(harness.rows.results, "git_commit",
+    monkeypatch.setattr(harness.rows.machine, "git_commit",
                         lambda repo_dir: {"git_commit": "0" * 40, "git_dirty": False, "git_diff_sha256": None})
     err = refused(run, capsys)
     assert "code.git_commit" in err
 
 
 def test_changed_package_version_is_refused(run, capsys, monkeypatch):
-    real = harness.rows.results.metadata
+    real = harness.rows.machine.metadata
 
     def version(pkg):
         return "0.0.1" if pkg == "transformers" else real.version(pkg)
 
-    monkeypatch.setattr(harness.rows.results, "metadata",
+    monkeypatch.setattr(harness.rows.machine, "metadata",
                         SimpleNamespace(version=version, PackageNotFoundError=real.PackageNotFoundError))
     err = refused(run, capsys)
     assert "packages.transformers" in err and "-> 0.0.1" in err

@@ -248,8 +248,10 @@ def test_a_file_size_limit_is_one_line_and_the_rows_written_resume(tmp_path):
 
 def test_the_interrupt_message_gives_the_command_that_resumes(tmp_path):
     # Before: "rerun the same command to resume"; with the default timestamped folder that starts a new folder
-    # 48 tokens a sample: the run is still in its cell loop when the signal comes, on a fast machine too
-    args = [*TINY[:1], "task.limit=20", "runner.max_new_tokens=48", *TINY[3:]]
+    # 48 tokens a sample: the run is still in its cell loop when the signal comes, on a fast machine too (the
+    # signal follows the first row; 9 samples of 48 tokens are left). The resume runs the rest: 10, not 20.
+    samples = 10
+    args = [*TINY[:1], f"task.limit={samples}", "runner.max_new_tokens=48", *TINY[3:]]
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -264,11 +266,11 @@ def test_the_interrupt_message_gives_the_command_that_resumes(tmp_path):
     command = re.search(r"interrupted \(Ctrl-C\).*resume: (.*)$", err, re.M).group(1)
     assert f"hydra.run.dir={folder}" in command
     before = rows(folder)
-    assert 0 < len(before) < 20
+    assert 0 < len(before) < samples
     done = subprocess.run(shlex.split(command), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert list((tmp_path / "results" / "runs").iterdir()) == [folder]  # the same folder, resumed
-    assert rows(folder)[:len(before)] == before and len(rows(folder)) == 20  # no cell measured twice
+    assert rows(folder)[:len(before)] == before and len(rows(folder)) == samples  # no cell measured twice
 
 
 def test_a_sweeps_resume_command_names_the_sweep_folder(monkeypatch, tmp_path):

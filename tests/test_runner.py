@@ -186,7 +186,7 @@ def test_machine_load_is_recorded_and_an_overloaded_run_warned(tmp_path, monkeyp
 
 def test_quiet_machine_gives_no_load_warning(tmp_path, monkeypatch):
     import harness.job.runner
-    from harness.rows.results import cpu_affinity
+    from harness.rows.machine import cpu_affinity
 
     # the run's own threads load every usable core: that is not "other work"
     monkeypatch.setattr(harness.job.runner.os, "getloadavg", lambda: (float(cpu_affinity()), 0.0, 0.0))
@@ -488,3 +488,41 @@ def test_a_tuned_decoder_with_an_overridden_setting_runs_under_a_marked_name(tmp
     assert "decoder speculative_tuned: gamma=3 (tuned: " in (tmp_path / "summary.md").read_text()
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: decoder speculative_tuned")]
     assert len(warnings) == 1
+
+
+def test_a_conversation_keeps_the_first_turn_without_an_answer_and_skips_what_follows():
+    from harness.job.conversation import Conversation
+    from tasks.types import Sample
+
+    conv = Conversation(Sample(sample_id="S/0", prompt="p"), 0, 0, ["speculative", "vanilla"], set(), {}, {0: {}})
+    assert conv.answers == {"speculative": [], "vanilla": []}
+    conv.answer("vanilla", "hi")
+    conv.no_answer("speculative", "turn 0 error (RuntimeError: boom)")
+    conv.no_answer("speculative", "turn 1 skipped")  # the first reason is the one its later turns name
+    assert conv.answers == {"speculative": ["", ""], "vanilla": ["hi"]}
+    assert conv.broken_history("speculative", 0) is None  # turn 0 never carries a history
+    assert "(turn 0 error (RuntimeError: boom))" in conv.broken_history("speculative", 2)
+    assert conv.broken_history("vanilla", 1) is None
+    conv.no_answer("vanilla", "turn 1 prompt_too_long")
+    assert conv.broken_history("vanilla", 2).startswith("an earlier turn of this conversation has no answer")
+    other = Conversation(Sample(sample_id="S/1", prompt="p"), 1, 0, ["vanilla", "speculative"], set(), {}, {0: {}})
+    other.no_answer("vanilla", "turn 0 empty_prompt")
+    assert "vanilla's conversation has no answer at an earlier turn (turn 0 empty_prompt)" in \
+        other.broken_history("speculative", 1)
+
+
+def test_an_interrupt_during_a_row_write_takes_effect_after_the_row():
+    from harness.job.interrupts import StopAfterWrites
+
+    guard, written, before = StopAfterWrites(), [], signal.getsignal(signal.SIGINT)
+    with guard.installed():
+        assert signal.getsignal(signal.SIGINT) is not before
+        with pytest.raises(KeyboardInterrupt):
+            with guard.writing():
+                os.kill(os.getpid(), signal.SIGINT)  # arrives mid-write: deferred
+                written.append("row")
+        assert written == ["row"]
+        with pytest.raises(KeyboardInterrupt):  # between rows: at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back

@@ -6,12 +6,8 @@ The distributions themselves are tested in test_sampling_verify.py (the rules) a
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from transformers import GenerationConfig
 
 from decoders.common.sampling import (GREEDY, SamplingConfig, make_generator, require_sampling_support,
@@ -22,10 +18,10 @@ from decoders.ouroboros import OuroborosDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
-from harness.job.app import ConfigError, main_job
+from harness.job.app import ConfigError
 from harness.job.run_settings import RunSettings
+from tests.tiny_jobs import result_rows, run_tiny_job
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
 SAMPLING = SamplingConfig(temperature=0.9, top_p=0.9, top_k=20)
 
 
@@ -179,22 +175,14 @@ def test_sampling_decoders_declare_it(cls):
 # --- runner ---------------------------------------------------------------------------------------------
 
 def _run(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "model=tiny-random", "task.limit=2", "runner.max_new_tokens=8", "runner.warmup_tokens=2",
-            f"+output_dir={tmp_path}", *overrides])
-    return main_job(cfg)
-
-
-def _rows(tmp_path):
-    return [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    return run_tiny_job(tmp_path, *overrides, max_new_tokens=8)
 
 
 def test_runner_sampled_rows(tmp_path):
     # (hf_assisted cannot sample with tiny-random's padded vocabularies: test_hf_assisted.py)
     decoders = ["vanilla", "speculative", "prompt_lookup", "hf_greedy", "lookahead", "ouroboros"]
     _run(tmp_path, f"decoder=[{','.join(decoders)}]", "runner.temperature=0.7", "runner.top_p=0.9", "runner.seed=3")
-    rows = _rows(tmp_path)
+    rows = result_rows(tmp_path)
     assert [r["decoder"] for r in rows] == decoders * 2
     for r in rows:
         assert r["status"] == "ok", r.get("reason")
@@ -204,12 +192,12 @@ def test_runner_sampled_rows(tmp_path):
         assert r["equality_check"] == "n/a (sampled)"
     # Another run seed: other draws (vanilla's outputs change on at least one sample).
     _run(tmp_path / "b", "decoder=[vanilla]", "runner.temperature=0.7", "runner.top_p=0.9", "runner.seed=4")
-    assert [r["token_ids"] for r in _rows(tmp_path / "b")] != [r["token_ids"] for r in rows[::len(decoders)]]
+    assert [r["token_ids"] for r in result_rows(tmp_path / "b")] != [r["token_ids"] for r in rows[::len(decoders)]]
 
 
 def test_runner_greedy_rows_unchanged(tmp_path):
     _run(tmp_path, "decoder=[vanilla,speculative]")
-    for r in _rows(tmp_path):
+    for r in result_rows(tmp_path):
         assert r["matches_vanilla"] is True and r["equality_check"] == "exact"
         assert (r["temperature"], r["top_p"], r["top_k"], r["sampling_seed"], r["sample_seed"]) == (0.0, 1.0, 0, None,
                                                                                                       None)
@@ -219,7 +207,7 @@ def test_runner_refuses_greedy_only_decoders_before_loading(tmp_path, monkeypatc
     import harness.job.app
 
     monkeypatch.setattr(harness.job.app, "load_pair", lambda *a, **k: pytest.fail("models loaded before the check"))
-    monkeypatch.delattr(LookaheadDecoder, "supports_sampling")  # stands in for a greedy-only decoder
+    monkeypatch.setattr(LookaheadDecoder, "supports_sampling", False)  # stands in for a greedy-only decoder
     with pytest.raises(ConfigError, match="'lookahead'.*cannot sample"):
         _run(tmp_path, "decoder=[vanilla,lookahead]", "runner.temperature=0.7")
     with pytest.raises(ValueError, match=r"^runner\.top_k=5: only applies when sampling"):
@@ -233,10 +221,11 @@ def test_resume_never_mixes_greedy_and_sampled_cells(tmp_path, capsys):
     # covers it)
     with pytest.raises(ConfigError, match=r"runner\.temperature: 0\.0 -> 0\.7"):
         _run(tmp_path, "decoder=[vanilla]", "task.limit=1", "runner.temperature=0.7")
-    assert [r["temperature"] for r in _rows(tmp_path)] == [0.0]  # nothing was written
+    assert [r["temperature"] for r in result_rows(tmp_path)] == [0.0]  # nothing was written
     _run(tmp_path / "sampled", "decoder=[vanilla]", "task.limit=1", "runner.temperature=0.7")
     _run(tmp_path / "sampled", "decoder=[vanilla]", "task.limit=1", "runner.temperature=0.7")
-    assert [r["temperature"] for r in _rows(tmp_path / "sampled")] == [0.7]  # ... but a sampled run resumes its own
+    # ... but a sampled run resumes its own
+    assert [r["temperature"] for r in result_rows(tmp_path / "sampled")] == [0.7]
 
 
 def test_runner_refuses_a_setting_the_pair_cannot_honour_in_one_line(tmp_path):

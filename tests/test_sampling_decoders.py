@@ -48,12 +48,14 @@ from harness.job.models import build_tiny_random
 from sampling_stats import (ALPHA, DRAFT_MISTAKES, TREE_MISTAKES, VOCAB, LogitsRecordingSampling, distribution_pvalue,
                             exact_sequence_probs, greedy_prompt, sample_counts, seed_base, sharpened, swap_rule,
                             tiny_model, wrong_rule)
+from tests.decoder_checks import one_torch_thread, runs_for  # noqa: F401  (one_torch_thread: pytestmark)
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 WARPERS = dict(temperature=0.6, top_p=0.95, top_k=6)
 SAMPLING = SamplingConfig(**WARPERS)
 EOS = frozenset({7})
 MAX_NEW = 4
-RUNS = 600          # correct decoders (more where a wrong rule needs more: see correct_runs)
+RUNS = 600          # correct decoders (more where a wrong rule needs more: runs_for)
 WRONG_RUNS = 400    # subtly wrong rules
 GROSS_RUNS = 200    # grossly wrong variants (p far below ALPHA at 400 runs)
 
@@ -93,21 +95,6 @@ WRONG_CASES = [
     ("speculative/close-draft", "draft_temperature", 1000),
     ("speculative/close-draft", "draft_unwarped", WRONG_RUNS),
 ]
-
-
-def correct_runs(name: str) -> int:
-    """Runs of the correct decoder: as many as any wrong rule of its configuration gets, so the test that
-    rejects the wrong rule is the one the decoder passes."""
-    return max([RUNS] + [runs for case, _, runs in WRONG_CASES if case == name])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Forwards of a 16-wide model are fastest on one thread (no OpenMP hand-offs on a busy 2-core CI box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +147,7 @@ def _run(name, decoder, prompt, exact, runs):
 
 @pytest.mark.parametrize("name", list(ALL_DECODERS))
 def test_output_distribution_is_the_targets(name, target, drafts, prompt, exact):
-    p, stats = _run(name, _decoder(name, target, drafts), prompt, exact, correct_runs(name))
+    p, stats = _run(name, _decoder(name, target, drafts), prompt, exact, runs_for(name, RUNS, WRONG_CASES))
     if name in LINEAR_DRAFTS or name in TREE_DECODERS:
         assert 0 < stats["accepted"] < stats["drafted"], stats  # the rule ran: drafts accepted and rejected
     if name in LINEAR_DRAFTS:

@@ -53,11 +53,13 @@ from decoders.ouroboros import OuroborosDecoder
 from sampling_stats import (ALPHA, DRAFT_MISTAKES, TREE_MISTAKES, LogitsRecordingSampling, distribution_pvalue,
                             exact_sequence_probs, greedy_prompt, sample_counts, seed_base, sharpened, swap_rule,
                             tiny_model, wrong_rule, wrong_tree_verify)
+from tests.decoder_checks import one_torch_thread, runs_for  # noqa: F401  (one_torch_thread: pytestmark)
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 WARPERS = dict(temperature=0.6, top_p=0.95, top_k=6)
 SAMPLING = SamplingConfig(**WARPERS)
 EOS = frozenset({7})
-RUNS = 600          # correct decoders (more where a wrong rule needs more: see correct_runs)
+RUNS = 600          # correct decoders (more where a wrong rule needs more: runs_for)
 WRONG_RUNS = 400    # subtly wrong rules
 GROSS_RUNS = 200    # grossly wrong rules (p far below ALPHA at 400 runs)
 LOOKAHEAD_NEW = 5
@@ -87,20 +89,6 @@ WRONG_CASES = [
     ("ouroboros", "draft_temperature", 800),
     ("ouroboros", "draft_unwarped", WRONG_RUNS),
 ]
-
-
-def correct_runs(name: str) -> int:
-    """Runs of the correct decoder: as many as any wrong rule of its configuration gets, so the test that
-    rejects the wrong rule is the one the decoder passes."""
-    return max([RUNS] + [runs for case, _, runs in WRONG_CASES if case == name])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -158,14 +146,15 @@ def _exercised(stats, *keys):
 
 
 def test_lookahead_output_distribution_is_the_targets(target, draft, prompt, exact):
-    p, stats = _run("lookahead", _decoder("lookahead", target, draft), prompt, exact, correct_runs("lookahead"))
+    p, stats = _run("lookahead", _decoder("lookahead", target, draft), prompt, exact,
+                    runs_for("lookahead", RUNS, WRONG_CASES))
     _exercised(stats, "ngram")
     assert p > ALPHA
 
 
 @pytest.mark.parametrize("name", list(OUROBOROS))
 def test_ouroboros_output_distribution_is_the_targets(name, target, draft, prompt, exact):
-    p, stats = _run(name, _decoder(name, target, draft), prompt, exact, correct_runs(name))
+    p, stats = _run(name, _decoder(name, target, draft), prompt, exact, runs_for(name, RUNS, WRONG_CASES))
     _exercised(stats, *OUROBOROS[name][1])
     assert p > ALPHA
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks import sandbox
+from tasks import execution, sandbox
 from tests.hostile_programs import FIRST_SET, SECOND_SET, THIRD_SET
 from tests.procs import alive as _alive
 
@@ -85,7 +85,7 @@ if os.geteuid() != 0:
 
 @pytest.fixture(scope="module", autouse=True)
 def isolation_available():
-    how, why = sandbox.probe()
+    how, why = execution.probe()
     if how is None and ROOT == PROJECT:
         pytest.skip(f"no OS isolation on this machine: {why}")
 

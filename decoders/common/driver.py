@@ -10,8 +10,8 @@ proposers never run the target's verification forward and never decide what is a
 
 Verification is the rules of :mod:`decoders.common.verify`, chosen by the tree's shape:
 
-* greedy: :func:`~decoders.common.verify.tree_verify` (on a chain it is
-  :func:`~decoders.common.verify.greedy_verify`);
+* greedy: :func:`~decoders.common.verify.tree_verify` (on a chain: the longest prefix matching the target's
+  argmax, then the target's own next token);
 * sampling, a chain whose every node was sampled by a draft model: modified rejection sampling
   (:func:`~decoders.common.verify.rejection_verify`, Leviathan et al. 2023, Algorithm 1), unless the proposer
   turns :attr:`DraftTree.rejection_chain` off;
@@ -41,8 +41,40 @@ from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
 
 @dataclass(frozen=True)
+class DraftCounts:
+    """How the driver counts one step's proposal in its :class:`~decoders.types.StepRecord` (what to count; the
+    proposal itself is the :class:`DraftTree` that carries it).
+
+    Attributes:
+        origins: ``n`` labels (``"draft"``, ``"suffix"``, ...) under which accepted nodes are counted in
+            :attr:`StepRecord.source`; ``None``: every node is ``default_origin``.
+        default_origin: the label when ``origins`` is ``None``.
+        labels: labels always present in ``source`` (0 when nothing of that origin was kept).
+        counted: origins whose kept nodes make :attr:`StepRecord.accepted`; ``None``: all of them.
+        drafted: :attr:`StepRecord.drafted` of the step; ``None``: the number of candidate nodes.
+        draft_forwards: draft-model forwards spent on this proposal.
+        draft_tokens_fed: tokens fed to the draft model over them.
+        stats: proposer-specific counters of this step, summed over a sample by the driver and handed to
+            :meth:`Proposer.extra`.
+    """
+
+    origins: Sequence[str] | None = None
+    default_origin: str = "draft"
+    labels: Sequence[str] = ()
+    counted: frozenset[str] | None = None
+    drafted: int | None = None
+    draft_forwards: int = 0
+    draft_tokens_fed: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def origin(self, node: int) -> str:
+        return self.origins[node] if self.origins is not None else self.default_origin
+
+
+@dataclass(frozen=True)
 class DraftTree:
-    """What a proposer offers for one step: ``n`` nodes fed after the pending token in one target forward.
+    """What a proposer offers for one step (what to verify, and how): ``n`` nodes fed after the pending token in
+    one target forward, with their :class:`DraftCounts`.
 
     Node ``i`` holds ``tokens[i]`` and hangs under ``parents[i]`` (``-1``: directly under the pending token, the
     root; otherwise an earlier node). A linear draft is the chain ``parents = [-1, 0, 1, ...]``.
@@ -58,20 +90,11 @@ class DraftTree:
         logits_for: with ``verified``: the unverified nodes whose target logits the proposer reads (the LM head
             runs only for them, the root and the verified nodes and their parents; the other rows of
             :attr:`Verdict.logits` are zeros). ``None``: every row is computed.
-        origins: ``n`` labels (``"draft"``, ``"suffix"``, ...) under which accepted nodes are counted in
-            :attr:`StepRecord.source`; ``None``: every node is ``default_origin``.
-        default_origin: the label when ``origins`` is ``None``.
-        labels: labels always present in ``source`` (0 when nothing of that origin was kept).
-        counted: origins whose kept nodes make :attr:`StepRecord.accepted`; ``None``: all of them.
-        drafted: :attr:`StepRecord.drafted` of the step; ``None``: the number of candidate nodes.
-        draft_forwards: draft-model forwards spent on this proposal.
-        draft_tokens_fed: tokens fed to the draft model over them.
         rejection_chain: sampling only: a chain whose every node is sampled is verified by
             :func:`~decoders.common.verify.rejection_verify`; ``False`` verifies it by
             :func:`~decoders.common.verify.multi_candidate_tree_verify` like any other tree (the same output
             distribution, other random draws: for a proposer whose trees are a bare chain only sometimes).
-        stats: proposer-specific counters of this step, summed over a sample by the driver and handed to
-            :meth:`Proposer.extra`.
+        counts: how the step is counted (:class:`DraftCounts`).
     """
 
     tokens: Sequence[int] = ()
@@ -79,15 +102,8 @@ class DraftTree:
     draft_probs: dict[int, torch.Tensor] | None = None
     verified: Sequence[bool] | None = None
     logits_for: Sequence[int] | None = None
-    origins: Sequence[str] | None = None
-    default_origin: str = "draft"
-    labels: Sequence[str] = ()
-    counted: frozenset[str] | None = None
-    drafted: int | None = None
-    draft_forwards: int = 0
-    draft_tokens_fed: int = 0
     rejection_chain: bool = True
-    stats: dict[str, float] = field(default_factory=dict)
+    counts: DraftCounts = field(default_factory=DraftCounts)
 
     @staticmethod
     def chain(tokens: Sequence[int], **kwargs: Any) -> "DraftTree":
@@ -112,9 +128,6 @@ class DraftTree:
             if ok:
                 rows.update((1 + i, 1 + self.parents[i]))  # a root parent (-1) maps to row 0
         return None if len(rows) == 1 + self.size else sorted(rows)
-
-    def origin(self, node: int) -> str:
-        return self.origins[node] if self.origins is not None else self.default_origin
 
 
 @dataclass(frozen=True)
@@ -165,7 +178,7 @@ class Proposer(Protocol):
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         """Decoder-specific scalars for the result row (configuration, pool statistics), given the decode
-        steps (prefill excluded) and the summed :attr:`DraftTree.stats`."""
+        steps (prefill excluded) and the summed :attr:`DraftCounts.stats`."""
 
 
 def verify_tree(tree: DraftTree, logits: torch.Tensor, pending: int, sampling: SamplingConfig,
@@ -292,7 +305,7 @@ def decode(
         watch.mark("update")
         finished = len(context) - prompt_len >= max_new_tokens or not eos_token_ids.isdisjoint(emitted)
         steps.append(_step_record(tree, verdict))
-        for key, value in tree.stats.items():
+        for key, value in tree.counts.stats.items():
             stats[key] = stats.get(key, 0) + value
         watch.mark("bookkeeping")
         watch.lap("verify")
@@ -303,15 +316,15 @@ def decode(
 
 def _step_record(tree: DraftTree, verdict: Verdict) -> StepRecord:
     """The :class:`StepRecord` of one verification step: kept nodes counted by origin, then the bonus token."""
-    source = dict.fromkeys(tree.labels, 0)
+    counts = tree.counts
+    source = dict.fromkeys(counts.labels, 0)
     for k in verdict.path[: verdict.kept]:
-        label = tree.origin(k)
+        label = counts.origin(k)
         source[label] = source.get(label, 0) + 1
-    counted = tree.counted
-    accepted = sum(v for k, v in source.items() if counted is None or k in counted)
+    accepted = sum(v for k, v in source.items() if counts.counted is None or k in counts.counted)
     source["bonus"] = len(verdict.emitted) - verdict.kept
-    drafted = tree.drafted if tree.drafted is not None else (
+    drafted = counts.drafted if counts.drafted is not None else (
         tree.size if tree.verified is None else sum(map(bool, tree.verified)))
     return StepRecord(target_tokens_fed=1 + tree.size, emitted=len(verdict.emitted), drafted=drafted,
-                      accepted=accepted, draft_forwards=tree.draft_forwards,
-                      draft_tokens_fed=tree.draft_tokens_fed, source=source)
+                      accepted=accepted, draft_forwards=counts.draft_forwards,
+                      draft_tokens_fed=counts.draft_tokens_fed, source=source)

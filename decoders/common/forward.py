@@ -8,8 +8,17 @@ tree / lookahead layouts), and ``cache`` (the KV cache keyword of transformers 5
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+
+def max_depth_after(model: PreTrainedModel, position: int) -> int:
+    """How far past ``position`` a tree token may sit without exceeding ``max_position_embeddings`` (``sys.maxsize``
+    for a model without that limit)."""
+    max_pos = getattr(model.config, "max_position_embeddings", None)
+    return max_pos - 1 - position if max_pos else sys.maxsize
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:

@@ -20,7 +20,7 @@ decide which tokens are emitted (no random draws). Lookahead decoding on the tar
 forward, which also feeds, as a causal chain in front (:func:`decoders.common.tree.prepend_chain`), the tokens
 its KV cache lacks (the drafter catches up on what the target accepted), and its own verification of the
 n-grams against THIS model's predictions. Greedy (temperature 0): an n-gram token is accepted while it equals
-the model's argmax (:func:`decoders.common.verify.branch_verify`); the step emits the longest accepted n-gram
+the model's argmax; the step emits the longest accepted n-gram
 prefix plus the model's own next token, exactly the model's greedy continuation. Sampling (temperature > 0):
 the n-grams are deterministic candidates verified against the model's processed distribution
 (:meth:`~decoders.common.sampling.SamplingConfig.probs`) by the multi-candidate rule
@@ -34,23 +34,21 @@ verification needs as the draft distribution of its trunk. Either way the emitte
 EOS id and only their KV entries are kept (:func:`decoders.common.kv_cache.keep_path`).
 
 What lives here: :class:`LookaheadBranches` and :class:`LookaheadPlan`; :class:`LookaheadStepper` (cache +
-branches + sequence of one model; ``start``, ``prefill``, ``sync``, ``step``) and :class:`StepOutput`;
-:class:`LookaheadDrafter`, the drafting loop Ouroboros runs on its draft model with it. What does not: the
+branches + sequence of one model; ``start``, ``prefill``, ``sync``, ``step``) and :class:`StepOutput`. What does
+not: the drafting loop Ouroboros runs on its draft model with it (:mod:`decoders.common.lookahead_drafter`), the
 decode loop, the target's verification and the decoders' statistics (:mod:`decoders.common.driver`,
 :mod:`decoders.lookahead`, :mod:`decoders.ouroboros`).
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.checks import check_int
-from decoders.common.forward import new_cache
+from decoders.common.forward import max_depth_after, new_cache
 from decoders.common.heads import FullHead, ReducedVocabHead
 from decoders.common.jacobi import JacobiWindow
 from decoders.common.kv_cache import crop, keep_path
@@ -59,12 +57,6 @@ from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sa
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import LookaheadLayout, lookahead_layout, prepend_chain, tree_attention
 from decoders.common.verify import multi_candidate_tree_verify
-
-
-def max_depth_after(model: PreTrainedModel, position: int) -> int:
-    """How far past ``position`` a tree token may sit without exceeding ``max_position_embeddings``."""
-    max_pos = getattr(model.config, "max_position_embeddings", None)
-    return max_pos - 1 - position if max_pos else sys.maxsize
 
 
 @dataclass(frozen=True)
@@ -140,7 +132,7 @@ class LookaheadBranches:
         Args:
             input_token: the last known token (the n-grams' key).
             budget: most tokens the step may emit (>= 1); the n-grams are cut to ``budget - 1`` tokens.
-            max_depth: how far past the input token's position a token may sit (:func:`max_depth_after`); the
+            max_depth: how far past the input token's position a token may sit (:func:`~decoders.common.forward.max_depth_after`); the
                 n-grams are cut to it and the window is left out when it would pass it.
             advance_window: feed the window (``False`` on a decoder's very last step, where the harvest could
                 never be used).
@@ -366,7 +358,7 @@ class LookaheadStepper:
             accepted = len(path)
             best = (path[-1] - 1) // guess_len if path else 0
             drawn_from = node_probs[[0, *path]]  # the row each emitted token was drawn from
-        elif guesses:  # branch_verify's rule on plain lists (a handful of ints: cheaper than tensor ops)
+        elif guesses:  # the greedy rule over parallel n-grams, on plain lists (a handful of ints: cheaper than tensor ops)
             for b, guess in enumerate(guesses):
                 row, n, pred = g_start + b * guess_len, 0, preds[0]
                 while n < guess_len and guess[n] == pred:
@@ -398,142 +390,3 @@ class LookaheadStepper:
                          else [-1] * len(emitted))
         self.branches.absorb(plan, preds[1 : 1 + len(plan.last_row)])
         return StepOutput(emitted, accepted, guess_len, len(guesses), len(ids), top_probs, runner_up, drawn_from)
-
-
-@dataclass(frozen=True)
-class DraftProposal:
-    """What :meth:`LookaheadDrafter.propose` returns.
-
-    Attributes:
-        tokens: the draft tokens (cut just after an EOS id): the draft model's greedy continuation, or, when
-            sampling, a sample of its own processed distribution.
-        forwards: draft forwards spent (the first call of a sample includes the prompt prefill).
-        tokens_fed: tokens fed over those forwards (prompt prefill + catch-up tokens + window + n-grams).
-        top_probs: the draft's probability of each token (only with ``confidence=True``).
-        runner_up: the draft's most likely other token at each token's position (same condition).
-        probs: sampling only: ``torch.FloatTensor`` of shape ``(len(tokens), vocab_width)``, the distribution
-            each token was drawn from (the draft's processed distribution after the preceding tokens, in
-            token-id space).
-    """
-
-    tokens: list[int]
-    forwards: int
-    tokens_fed: int
-    top_probs: list[float] | None = None
-    runner_up: list[int] | None = None
-    probs: torch.Tensor | None = None
-
-
-class LookaheadDrafter:
-    """Lookahead decoding of a draft model on itself: Ouroboros' phrase-level drafting (ALGORITHMS.md 1.3 A).
-
-    A :class:`~decoders.common.lookahead_step.LookaheadStepper` on the draft (its KV cache, Jacobi window and
-    ``seq``, the committed tokens followed by what it drafted), plus the drafting loop. Each forward feeds the
-    tokens the draft cache lacks, the window and the pool n-grams keyed by the last token, and emits several
-    draft tokens when an n-gram matches the draft's own argmax (greedy) or is accepted by the multi-candidate rule
-    against the draft's own processed distribution (sampling: the drafted tokens are then a sample of the draft
-    model's sampling distribution, and :attr:`DraftProposal.probs` holds the distribution each was drawn from,
-    which Ouroboros' target verification uses as the draft distribution).
-
-    Example::
-
-        drafter = LookaheadDrafter(draft_model, NGramPool(4, 5), window_size=5, ngram_size=4)
-        drafter.start(prompt)                  # seq = prompt, empty cache, fresh window
-        drafter.propose(6).tokens              # the draft model's next 6 greedy tokens
-        drafter.sync(prompt + accepted)        # roll back to what the target kept, then propose again
-
-    Args:
-        model: the draft model.
-        pool: the phrase pool (n-grams of ``ngram_size``) read for verification and filled from the window.
-        window_size: ``W >= 1`` Jacobi window columns.
-        ngram_size: ``N >= 2``; the window has ``N - 1`` rows and verified n-grams hold ``N - 1`` tokens.
-        seed: seed of the window's initialisation from the prompt.
-        vocab_limit: only ids below this are proposed (e.g. what the target can embed); ``None`` = the draft's
-            whole output vocabulary. Ignored when ``head`` is given.
-        eos_token_ids: ids that end a draft.
-        head: the draft's head (default: :class:`~decoders.common.heads.FullHead` cut at ``vocab_limit``).
-        confidence: also report each draft token's probability and runner-up.
-        sampling: greedy (the default) or the sampling settings; :meth:`propose` then needs a ``generator``.
-    """
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        pool: NGramPool,
-        window_size: int,
-        ngram_size: int,
-        seed: int = 0,
-        vocab_limit: int | None = None,
-        eos_token_ids: Iterable[int] = (),
-        head: FullHead | ReducedVocabHead | None = None,
-        confidence: bool = False,
-        sampling: SamplingConfig = GREEDY,
-    ):
-        check_int("window_size (W)", window_size, 1)
-        check_int("ngram_size (N)", ngram_size, 2)
-        head = head or FullHead(model, vocab_limit or model.get_output_embeddings().out_features)
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.stepper = LookaheadStepper(model, pool, window_size, ngram_size, seed, head, self.eos_token_ids,
-                                        confidence, sampling)
-        self.prefill_tokens = 0  # tokens of the plain causal prompt prefill (one forward, the first)
-
-    @property
-    def cache(self):
-        return self.stepper.cache
-
-    @property
-    def pool_hits(self) -> int:
-        """Draft forwards of this sample that verified at least one pool n-gram."""
-        return self.stepper.branches.pool_hits
-
-    def start(self, prompt: Sequence[int]) -> None:
-        """Begin a sample: empty cache, fresh window drawn from ``prompt``, ``seq = prompt``."""
-        self.stepper.start(prompt)
-        self.prefill_tokens = 0
-
-    def sync(self, committed: Sequence[int]) -> None:
-        """Adopt the committed tokens (see :meth:`LookaheadStepper.sync`)."""
-        self.stepper.sync(committed)
-
-    @torch.inference_mode()
-    def propose(self, max_tokens: int, stop_confidence: float = 0.0, generator: torch.Generator | None = None
-                ) -> DraftProposal:
-        """Draft up to ``max_tokens`` tokens continuing ``seq`` (fewer at an EOS id or a confidence stop).
-
-        The first call after :meth:`start` also prefills the cache with the prompt (one more forward).
-
-        Args:
-            max_tokens: most draft tokens.
-            stop_confidence: stop after a forward that emitted a token whose draft probability is below this
-                (0 = never; needs ``confidence=True``). Whether drafting goes on depends only on tokens already
-                drawn, so under sampling it is a stopping rule that keeps each token's draft distribution.
-            generator: required when sampling.
-        """
-        stepper = self.stepper
-        check_generator(stepper.sampling, generator)
-        drafted: list[int] = []
-        probs: list[float] = []
-        runner_up: list[int] = []
-        drawn_from: list[torch.Tensor] = []
-        forwards = fed = 0
-        if max_tokens > 0 and stepper.cache.get_seq_length() == 0 and len(stepper.seq) > 1:
-            # The prompt goes through one plain causal forward (no O(prompt^2) tree mask); the lookahead
-            # forwards then only catch up on the few tokens the target accepted since the last step.
-            self.prefill_tokens = len(stepper.seq) - 1
-            stepper.prefill(len(stepper.seq) - 1, generator)  # (its next token is not used)
-            forwards, fed = 1, self.prefill_tokens
-        while len(drafted) < max_tokens and not (drafted and drafted[-1] in self.eos_token_ids):
-            out = stepper.step(max_tokens - len(drafted), generator=generator)
-            drafted += out.emitted
-            if out.probs is not None:
-                drawn_from.append(out.probs)
-            forwards += 1
-            fed += out.tokens_fed
-            if out.top_probs is not None:
-                probs += out.top_probs
-                runner_up += out.runner_up or []
-                if min(out.top_probs) < stop_confidence:
-                    break
-        confident = stepper.confidence
-        return DraftProposal(drafted, forwards, fed, probs if confident else None, runner_up if confident else None,
-                             torch.cat(drawn_from) if drawn_from else None)

@@ -2,7 +2,8 @@
 
 What lives here: :class:`NGramPool`, the recency-ordered ``key token -> continuations`` store that
 Lookahead decoding (Fu et al. 2024, arXiv 2402.02057, section 3) fills from its Jacobi window and
-verifies from (Ouroboros, arXiv 2402.13720, reuses it as its phrase pool), and
+verifies from (Ouroboros, arXiv 2402.13720, reuses it as its phrase pool), :func:`start_pool` (a sample's
+cold or warm start, optionally seeded with the prompt's n-grams), and
 :func:`find_prompt_lookup_candidates`, the longest-suffix n-gram match of prompt lookup decoding
 (Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding). What does not: attention layouts
 (:mod:`decoders.common.tree`) and verification (:mod:`decoders.common.verify`). Pure Python, no torch.
@@ -139,6 +140,19 @@ class NGramPool:
     @property
     def num_keys(self) -> int:
         return len(self._table)
+
+
+def start_pool(pool: NGramPool, prompt: Sequence[int], pool_scope: str, from_prompt: bool,
+               vocab_limit: int | None = None) -> None:
+    """Begin a sample's use of ``pool``: empty it under ``pool_scope="sample"`` (cold start; ``"task"`` keeps it),
+    then, with ``from_prompt``, insert the prompt's own n-grams of ``pool.ngram_size`` tokens (LookaheadDecoding's
+    ``POOL_FROM_PROMPT``), skipping those holding an id ``>= vocab_limit`` (``None``: no limit)."""
+    if pool_scope == "sample":
+        pool.clear()
+    if from_prompt:
+        n = pool.ngram_size
+        ngrams = (prompt[i : i + n] for i in range(len(prompt) - n + 1))
+        pool.insert_ngrams(ngrams if vocab_limit is None else (g for g in ngrams if max(g) < vocab_limit))
 
 
 def find_prompt_lookup_candidates(

@@ -1,7 +1,7 @@
 """Checks of a command line before anything heavy is imported or run (``run.py`` calls :func:`precheck` first):
 group names, experiment presets whose decoder configs are missing, the composed config of every job
-(:func:`harness.config.compose.validate`), the Hydra launcher. Imports Hydra, OmegaConf and :mod:`harness.config.compose` only
-(no torch, transformers or pandas), so a refusal takes well under two seconds; ``python run.py list`` lives
+(:func:`harness.config.check.validate`), the Hydra launcher. Imports Hydra, OmegaConf and :mod:`harness.config`
+only (no torch, transformers or pandas), so a refusal takes well under two seconds; ``python run.py list`` lives
 here for the same reason.
 """
 

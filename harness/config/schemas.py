@@ -9,15 +9,18 @@ in its defaults (Hydra 1.3, "Structured Config schema", https://hydra.cc/docs/tu
       - _self_
 
 so a misspelt key in a YAML (``gama: 8``) or on the command line (``decoder.speculative.gama=8``) and a
-value of the wrong type (``decoder.speculative.gamma=abc``) fail while Hydra composes; :mod:`harness.config.compose`
+value of the wrong type (``decoder.speculative.gamma=abc``) fail while Hydra composes; :mod:`harness.config.check`
 checks the composed config again, as a whole (bounds, inline decoders, ``+key`` overrides).
 
 Settings are declared once (:mod:`declare`): a decoder's in ``decoders/settings.py``, a task's next to its code
-(``tasks.humaneval.HumanEvalSettings``). Each decoder and task schema here is that declaration plus the
-plumbing keys (``_target_``, ``_partial_``, ``uses_draft``, ``name``); the constructors take the same defaults
-and check the same bounds; ``python run.py list decoder=NAME`` prints them. Adding a hyper-parameter is one
-field there and one constructor argument; ``tests/test_configs.py`` checks that the constructor's parameters
-and defaults are exactly the declared ones.
+(``tasks.humaneval.HumanEvalSettings``). Decoders and tasks are registered next to those declarations, one line
+each (``register_decoder`` in ``decoders/settings.py``, ``register_task`` in ``tasks/__init__.py``), and this
+module generates each one's schema from its record (:func:`schema_of`): the declaration plus the plumbing keys
+(``_target_``, ``_partial_``, ``uses_draft``, ``name``), whose defaults are the registered class, draft use and
+name, so no YAML restates them. A decoder or task registered later (a plug-in, a test) gets its schema as it is
+registered. The constructors take the same defaults and check the same bounds; ``python run.py list
+decoder=NAME`` prints them. Adding a hyper-parameter is one field there and one constructor argument;
+``tests/test_configs.py`` checks that the constructor's parameters and defaults are exactly the declared ones.
 
 Runner-supplied constructor arguments (``target_model``, ``draft_model``, ``eos_token_ids``, ``tokenizer``)
 are not config keys. ``uses_draft`` is a config key, not a constructor argument: it tells the app to load
@@ -33,13 +36,10 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-import decoders.settings as D
+import declare
+import decoders.settings  # noqa: F401  registers the decoders
+import tasks  # noqa: F401  registers the tasks
 from declare import FIXED, above, at_least, between, one_of, setting, zero_or
-from tasks.cnn_dm import CNNDailyMailSettings
-from tasks.gsm8k import GSM8KSettings
-from tasks.humaneval import HumanEvalSettings
-from tasks.mbpp import MBPPSettings
-from tasks.mt_bench import MTBenchSettings
 
 #: harness.job.models.resolve_dtype's names (auto: bfloat16 where the device computes it natively, else float32).
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -135,47 +135,12 @@ class RunnerConfig:
 
 @dataclass
 class TaskConfig:
-    """The plumbing keys of a task node; each task's schema adds its declared settings (``<Task>Settings`` in
-    the task's module: defaults, bounds, meanings), so nothing here restates a default or a bound."""
+    """The plumbing keys of a task node; each task's schema (:func:`schema_of`) adds its declared settings
+    (``<Task>Settings`` in the task's module: defaults, bounds, meanings), so nothing here restates a default
+    or a bound."""
 
     _target_: str = MISSING
     name: str = MISSING
-
-
-@dataclass
-class HumanEvalConfig(HumanEvalSettings, TaskConfig):
-    _target_: str = "tasks.humaneval.HumanEval"
-    name: str = "humaneval"
-
-
-@dataclass
-class MBPPConfig(MBPPSettings, TaskConfig):
-    _target_: str = "tasks.mbpp.MBPP"
-    name: str = "mbpp"
-
-
-@dataclass
-class GSM8KConfig(GSM8KSettings, TaskConfig):
-    _target_: str = "tasks.gsm8k.GSM8K"
-    name: str = "gsm8k"
-
-
-@dataclass
-class CNNDailyMailConfig(CNNDailyMailSettings, TaskConfig):
-    _target_: str = "tasks.cnn_dm.CNNDailyMail"
-    name: str = "cnn_dm"
-
-
-@dataclass
-class MTBenchConfig(MTBenchSettings, TaskConfig):
-    _target_: str = "tasks.mt_bench.MTBench"
-    name: str = "mt_bench"
-
-
-@dataclass
-class SpecBenchConfig(MTBenchConfig):
-    _target_: str = "tasks.spec_bench.SpecBench"
-    name: str = "spec_bench"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,89 +155,71 @@ DECODER_META_KEYS = ("_target_", "_partial_", "uses_draft")
 
 @dataclass
 class DecoderConfig:
+    """The plumbing keys of a decoder node; each decoder's schema (:func:`schema_of`) adds its declared settings
+    (``decoders/settings.py``)."""
+
     _target_: str = MISSING
     _partial_: bool = field(default=True, metadata=one_of(True))   # the runner supplies the models
     uses_draft: bool = field(default=False, metadata=FIXED)         # load the draft model for it
 
 
-# Each schema is the decoder's declared settings (decoders/settings.py: defaults, bounds, meanings) plus the
-# plumbing keys; nothing here restates a default or a bound.
-
-@dataclass
-class VanillaConfig(D.VanillaSettings, DecoderConfig):
-    _target_: str = "decoders.vanilla.VanillaDecoder"
-
-
-@dataclass
-class SpeculativeConfig(D.SpeculativeSettings, DecoderConfig):
-    _target_: str = "decoders.speculative.SpeculativeDecoder"
-    uses_draft: bool = field(default=True, metadata=FIXED)
-
-
-@dataclass
-class HFAssistedConfig(D.HFAssistedSettings, DecoderConfig):
-    _target_: str = "decoders.hf_assisted.HFAssistedDecoder"
-    uses_draft: bool = field(default=True, metadata=FIXED)
-
-
-@dataclass
-class HFGreedyConfig(D.HFGreedySettings, DecoderConfig):
-    _target_: str = "decoders.hf_assisted.HFGreedyDecoder"
-
-
-@dataclass
-class LookaheadConfig(D.LookaheadSettings, DecoderConfig):
-    _target_: str = "decoders.lookahead.LookaheadDecoder"
-
-
-@dataclass
-class OuroborosConfig(D.OuroborosSettings, DecoderConfig):
-    _target_: str = "decoders.ouroboros.OuroborosDecoder"
-    uses_draft: bool = field(default=True, metadata=FIXED)
-
-
-@dataclass
-class OptTreeConfig(D.OptTreeSettings, DecoderConfig):
-    _target_: str = "decoders.opt_tree.OptTreeDecoder"
-    uses_draft: bool = field(default=True, metadata=FIXED)
-
-
-@dataclass
-class PromptLookupConfig(D.PromptLookupSettings, DecoderConfig):
-    _target_: str = "decoders.prompt_lookup.PromptLookupDecoder"
-
-
 # --------------------------------------------------------------------------------------------------
-# The registry
+# The registry: task and decoder schemas generated from the registered declarations
 # --------------------------------------------------------------------------------------------------
 
-#: ConfigStore name -> schema, per group (the YAMLs' first defaults entry).
+#: ConfigStore name -> schema, per group (the YAMLs' first defaults entry); tasks and decoders are added by
+#: :func:`_add` for every registered one (``decoders/settings.py``, ``tasks/__init__.py``), in that order.
 SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"base_model": ModelConfig},
     "runner": {"base_runner": RunnerConfig},
-    "task": {
-        "base_task_humaneval": HumanEvalConfig,
-        "base_task_mbpp": MBPPConfig,
-        "base_task_gsm8k": GSM8KConfig,
-        "base_task_cnn_dm": CNNDailyMailConfig,
-        "base_task_mt_bench": MTBenchConfig,
-        "base_task_spec_bench": SpecBenchConfig,
-    },
-    "decoder": {
-        "base_decoder_vanilla": VanillaConfig,
-        "base_decoder_speculative": SpeculativeConfig,
-        "base_decoder_hf_assisted": HFAssistedConfig,
-        "base_decoder_hf_greedy": HFGreedyConfig,
-        "base_decoder_lookahead": LookaheadConfig,
-        "base_decoder_ouroboros": OuroborosConfig,
-        "base_decoder_prompt_lookup": PromptLookupConfig,
-        "base_decoder_opt_tree": OptTreeConfig,
-    },
+    "task": {},
+    "decoder": {},
 }
 #: ``_target_`` -> schema, for tasks and decoders (inline experiment decoders are checked by their target).
-TASK_SCHEMAS = {s._target_: s for s in SCHEMAS["task"].values()}
-DECODER_SCHEMAS = {s._target_: s for s in SCHEMAS["decoder"].values()}
-BY_CLASS_NAME = {s.__name__: s for group in SCHEMAS.values() for s in group.values()} | {"ModelSpec": ModelSpec}
+TASK_SCHEMAS: dict[str, type] = {}
+DECODER_SCHEMAS: dict[str, type] = {}
+#: Schema class name (``SpeculativeConfig``, as OmegaConf's errors name it) -> schema.
+BY_CLASS_NAME: dict[str, type] = {"ModelConfig": ModelConfig, "RunnerConfig": RunnerConfig, "ModelSpec": ModelSpec}
+
+
+def schema_of(entry: declare.Registered) -> type:
+    """The Hydra schema of a registered decoder or task: its declared settings plus the plumbing keys, with
+    ``_target_`` (and a task's ``name``, a decoder's fixed ``uses_draft``) defaulting to the registered ones;
+    named after its class (``SpeculativeDecoder`` -> ``SpeculativeConfig``, ``HumanEval`` -> ``HumanEvalConfig``).
+    No field of the declaration is restated: each is the declaration's own Field object."""
+    name = entry.target.rsplit(".", 1)[-1].removesuffix("Decoder") + "Config"
+    if entry.group == "decoder":
+        own = [("_target_", str, field(default=entry.target)),
+               ("uses_draft", bool, field(default=entry.uses_draft, metadata=FIXED))]
+        base: type = DecoderConfig
+    else:
+        own = [("_target_", str, field(default=entry.target)), ("name", str, field(default=entry.name))]
+        base = TaskConfig
+    schema = dataclasses.make_dataclass(name, own, bases=(entry.settings_class(), base))
+    schema.__module__, schema.__qualname__ = __name__, name   # pickled by name (:func:`__getattr__`)
+    return schema
+
+
+def _add(entry: declare.Registered, added: bool) -> None:
+    """Keep the schema tables and Hydra's ConfigStore in step with the registry (:func:`declare.on_register`)."""
+    by_target = TASK_SCHEMAS if entry.group == "task" else DECODER_SCHEMAS
+    if not added:
+        schema = SCHEMAS[entry.group].pop(entry.schema_name, None)
+        if schema is not None:
+            by_target.pop(schema._target_, None)
+            BY_CLASS_NAME.pop(schema.__name__, None)
+        return
+    schema = schema_of(entry)
+    SCHEMAS[entry.group][entry.schema_name] = by_target[entry.target] = BY_CLASS_NAME[schema.__name__] = schema
+    ConfigStore.instance().store(group=entry.group, name=entry.schema_name, node=schema)
+
+
+def __getattr__(name: str) -> type:
+    """The generated schemas by class name, as if written here: ``schemas.SpeculativeConfig``."""
+    try:
+        return BY_CLASS_NAME[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def declared_defaults(decoder: Any) -> dict[str, Any]:
@@ -299,14 +246,15 @@ ROOT_KEYS = tuple(f.name for f in dataclasses.fields(RootConfig))
 
 
 def register() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent). Runs on import of this module, which
-    :mod:`harness.job.app` (hence ``run.py``) imports; code that composes ``conf/`` without it imports this module
-    first (``tests/conftest.py`` does). Not imported by ``harness/__init__``: the report and plots must not
-    pull in ``tasks``."""
+    """Store every schema in Hydra's ConfigStore (idempotent), and each decoder or task registered later as it
+    comes (:func:`declare.on_register`). Runs on import of this module, which :mod:`harness.job.app` (hence
+    ``run.py``) imports; code that composes ``conf/`` without it imports this module first (``tests/conftest.py``
+    does). Not imported by ``harness/__init__``: the report and plots must not pull in ``tasks``."""
     cs = ConfigStore.instance()
     for group, schemas in SCHEMAS.items():
         for name, schema in schemas.items():
             cs.store(group=group, name=name, node=schema)
+    declare.on_register(_add)
 
 
 register()

@@ -18,7 +18,7 @@ from decoders.common.stopping import collect_eos_token_ids
 from harness.config.compose import CONF_DIR, ConfigError, tuning_mismatches, validate
 from harness.job.models import ModelLoadError, check_fits, load_pair
 from harness.job.resume import ResumeMismatchError
-from harness.rows.results import environment
+from harness.rows.machine import environment
 from harness.rows.grouping import NON_PARAM_KEYS
 from harness.job.rundir import pin
 from harness.job.runlock import FolderBusyError, acquire

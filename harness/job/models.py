@@ -61,7 +61,7 @@ def resolve_dtype(name: str | torch.dtype, device: str | torch.device = "cpu") -
     """``"auto" | "bfloat16" | "float16" | "float32"`` -> ``torch.dtype``.
 
     ``"auto"`` is bfloat16 where it is computed natively (CUDA; a CPU with ``avx512_bf16``, ``amx_bf16`` or Arm
-    ``bf16``: :func:`harness.rows.results.native_half_precision`) and float32 where torch would emulate it: on a CPU
+    ``bf16``: :func:`harness.rows.machine.native_half_precision`) and float32 where torch would emulate it: on a CPU
     without bf16 units a multi-token forward in bfloat16 costs many times a one-token forward (README,
     "Precision"), so every drafting decoder would lose. A CPU whose flags cannot be read counts as emulating.
 
@@ -75,7 +75,7 @@ def resolve_dtype(name: str | torch.dtype, device: str | torch.device = "cpu") -
         if dev.type == "cuda":
             return torch.bfloat16
         if dev.type == "cpu":
-            from harness.rows.results import native_half_precision
+            from harness.rows.machine import native_half_precision
             return torch.bfloat16 if native_half_precision("bfloat16") else torch.float32
         return torch.float32
     if name not in _DTYPES:

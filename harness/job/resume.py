@@ -25,10 +25,12 @@ the old run's record: its ``.hydra/`` and logs as they were before this job's Hy
 **Pairing across processes.** A resumed process adopts the ``run_id`` of the folder's earlier rows, so
 tools that pair a decoder with vanilla by ``(run_id, task, sample_id, turn, repeat)`` see one run;
 ``attempt_id`` (one per process) tells the processes apart. A decoder row paired with a vanilla row of
-another process is flagged (``paired_across_processes``; :func:`cross_process_pairs` recomputes it over a
-folder), and the summary says how many there are: such a speedup compares timings from two processes.
+another process is flagged (``paired_across_processes``; :func:`harness.rows.identity.cross_process_pairs`
+recomputes it over a folder), and the summary says how many there are: such a speedup compares timings from
+two processes.
 
-Pure Python and pandas; no torch, so reports and plots can use :func:`latest_rows` too.
+Which cell a row fills and when it counts as done (:func:`harness.rows.identity.cell_key`) is row identity, shared
+with the report. Pure Python and pandas; no torch.
 """
 
 from __future__ import annotations
@@ -39,24 +41,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
 from harness.job import rundir
-from harness.rows.columns import SAMPLING, SAMPLING_DEFAULTS, norm
+from harness.rows.columns import norm
+from harness.rows.identity import DONE_STATUSES, cell_key, latest_rows  # noqa: F401 (latest_rows: for the runner)
 from harness.rows.results import read_results
 
 log = logging.getLogger(__name__)
 
-#: Row columns that identify a configuration: rows that differ in any of them are never the same cell.
-#: (The ``run_identity`` column covers all of them and much more; see the module docstring.)
-CONFIG_FIELDS = ("model", "target_model", "draft_model", "dtype", "device_name", "task", "task_version",
-                 "max_new_tokens", *SAMPLING, "sampling_seed")
-#: Row columns that identify one cell (``turn`` only where a task has turns).
-CELL_FIELDS = ("run_identity",) + CONFIG_FIELDS + ("sample_id", "turn", "repeat", "decoder", "decoder_params")
-#: Statuses that count as done: ``ok`` and the deterministic skips. ``error`` rows are retried.
-DONE_STATUSES = ("ok", "prompt_too_long", "empty_prompt")
 #: Config keys (dotted) left out of the run identity: they change neither outputs nor timing.
 IGNORED_CONFIG_KEYS = ("runner.resume", "runner.shard", "output_dir")
 #: Where ``runner.resume=false`` moves a folder's earlier files.
@@ -68,16 +63,6 @@ SUPERSEDED_FILES = {"results.jsonl": "results.superseded.jsonl", "meta.json": "m
 class ResumeMismatchError(ValueError):
     """The run folder holds rows of another run identity; the message names the differing settings and
     the two ways on (a new folder, or ``runner.resume=false``)."""
-
-
-def _field(row: Mapping[str, Any], f: str) -> Any:
-    value = norm(row.get(f))
-    return norm(SAMPLING_DEFAULTS.get(f)) if value is None else value
-
-
-def cell_key(row: Mapping[str, Any]) -> tuple:
-    """Key of the cell a row fills (see :data:`CELL_FIELDS`)."""
-    return tuple(_field(row, f) for f in CELL_FIELDS)
 
 
 # ------------------------------------------------------------------------------------------ identity
@@ -103,7 +88,7 @@ def build_identity(config: Mapping[str, Any], environment: Mapping[str, Any],
 
     Args:
         config: the resolved config as plain containers (``OmegaConf.to_container(cfg, resolve=True)``).
-        environment: :func:`harness.rows.results.environment` (packages, git, device, threads).
+        environment: :func:`harness.rows.machine.environment` (packages, git, device, threads).
         data: ``{"fingerprint": ..., "origin": ..., "samples": ...}`` of the selected samples.
     """
     flat = {k: v for k, v in flatten(config).items()
@@ -370,41 +355,3 @@ def prepare_folder(run_dir: str | Path, identity: Mapping[str, Any], run_identit
     log.info("resume: %d cells of this run already done in %s (runner.resume=false starts over)", len(state.done),
              path)
     return state
-
-
-def cross_process_pairs(rows: pd.DataFrame) -> pd.Series:
-    """Per row: whether it is an ``ok`` decoder row whose vanilla row of the same
-    ``(run_id, sample_id, turn, repeat)`` was written by another process (another ``attempt_id``)."""
-    if rows.empty or "attempt_id" not in rows:
-        return pd.Series(False, index=rows.index, dtype=bool)
-    recs = rows.to_dict("records")
-
-    def key(r: Mapping[str, Any]) -> tuple:
-        return tuple(norm(r.get(k)) for k in ("run_id", "task", "sample_id", "turn", "repeat"))
-
-    vanilla = {key(r): r.get("attempt_id") for r in recs if r.get("decoder") == "vanilla" and r.get("status") == "ok"}
-    flags = [r.get("decoder") != "vanilla" and r.get("status") == "ok" and key(r) in vanilla
-             and vanilla[key(r)] != r.get("attempt_id") for r in recs]
-    return pd.Series(flags, index=rows.index, dtype=bool)
-
-
-def latest_rows(rows: pd.DataFrame, extra_keys: Iterable[str] = ()) -> pd.DataFrame:
-    """One row per cell: the last ``ok`` row when there is one, else the last row.
-
-    Rows from a resumed run folder can repeat a cell (an ``error`` later retried); summaries must count
-    each cell once.
-
-    Args:
-        rows: result rows.
-        extra_keys: columns added to the cell key (e.g. ``run_dir`` when rows of several folders are mixed).
-    """
-    if rows.empty:
-        return rows
-    keys = [tuple(norm(r.get(k)) for k in extra_keys) + cell_key(r) for r in rows.to_dict("records")]
-    ok = (rows["status"] == "ok").to_numpy() if "status" in rows else [True] * len(rows)
-    chosen: dict[tuple, int] = {}
-    for i, (k, is_ok) in enumerate(zip(keys, ok)):
-        prev = chosen.get(k)
-        if prev is None or is_ok or not ok[prev]:
-            chosen[k] = i
-    return rows.iloc[sorted(chosen.values())].reset_index(drop=True)

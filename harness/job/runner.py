@@ -3,48 +3,30 @@ interleaved per sample in a rotating order, each (sample, decoder) cell measured
 result row appended per cell as soon as it is computed (or, for a cell that ran before vanilla on its
 sample, as soon as vanilla's output -- the equality reference -- exists).
 
-Measurement design (DESIGN.md 2b.5):
-
-* **Order.** With ``runner.order=rotate`` (default) the decoder list is rotated by ``sample_index + repeat``,
-  so every decoder runs at every position equally often and drift over the run (clock, caches, machine
-  load) does not favour the decoders that run later; the row's ``order_position`` says where it ran.
-  ``runner.order=fixed`` keeps the listed order, vanilla first.
-* **Repeats.** ``runner.repeats=R`` measures every (sample, decoder) cell R times (``repeat`` 0..R-1), for
-  intervals over run-to-run noise; each repeat's output is compared with vanilla's output of the same
-  sample (vanilla greedy is deterministic, so any repeat is the reference).
-* **Machine load.** Each row records the 1-minute load average before and after its timed call, the CPU
-  count and the affinity count; the summary warns when the load exceeded the usable cores (by more than
-  :data:`harness.rows.flags.LOAD_MARGIN`; the warning comes from :mod:`harness.rows.metrics`, like every number of the
-  summary).
-* **Shards.** ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included, so
-  every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``.
-* **Interrupts.** Ctrl-C (SIGINT) stops after the cell in progress is abandoned (a row being written is
-  finished first), the summary of the finished cells is written, and :attr:`Runner.interrupted` is set.
-* **Skips.** An empty prompt (no text, or 0 tokens) gets ``status=empty_prompt``; prompt + ``max_new_tokens``
-  beyond the target's context (or the draft's, for decoders that use the draft) gets
-  ``status=prompt_too_long``; both with a ``reason``, never an exception.
-* **Conversations.** Turn k > 0 of a multi-turn sample carries the decoder's own earlier answers. When an earlier
-  turn of a decoder has no answer (``error``, ``prompt_too_long``, ``empty_prompt``, or itself skipped), its later
-  turns are not run: they would be asked with another history than vanilla's and paired with vanilla's answer.
-  They get ``status=skipped`` and a ``reason`` naming the turn and why. When vanilla's earlier turn has no answer,
-  every decoder's later turns are skipped the same way (there is no reference conversation to pair them with).
-  A decoder row without a vanilla answer to compare with (vanilla failed on that turn) has
-  ``matches_vanilla=None`` and ``equality_check=None``: it makes no equality claim.
+The measurement design (order, repeats, warm-up, skips, conversations, shards, resume, Ctrl-C) is described in
+docs/measurement.md, "How cells are measured". Where the code is: the order in
+:func:`harness.job.run_settings.decoder_order` (rows record ``order_position``); the warm-up in
+:mod:`harness.job.warmup`; multi-turn conversations (turns after one without an answer are ``skipped``) in
+:mod:`harness.job.conversation`; Ctrl-C (a row being written is finished first, then the summary of the finished
+cells is written and :attr:`Runner.interrupted` is set) in :mod:`harness.job.interrupts`; the timed call and its
+row in :mod:`harness.job.cell`. Each row records the 1-minute load average before and after its timed call, the
+CPU count and the affinity count (the summary's load warning comes from :mod:`harness.rows.metrics`, like every
+number of the summary). ``runner.shard=i/n`` runs the samples with ``sample_index % n == i`` (vanilla included,
+so every pair stays within one process); rows carry ``shard`` and the shard-free ``run_identity``. A decoder row
+without a vanilla answer to compare with (vanilla failed on that turn) has ``matches_vanilla=None`` and
+``equality_check=None``: it makes no equality claim.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import signal
-import threading
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -53,18 +35,19 @@ from tqdm.auto import tqdm
 from harness.rows.grouping import settings_label
 from harness.config.schemas import declared_defaults
 from harness.report.summary import write_summary
-from harness.rows.results import ResultWriter, cpu_affinity, emulated_half_note, read_results
+from harness.rows.machine import cpu_affinity, emulated_half_note
+from harness.rows.results import ResultWriter, read_results
 from harness.job import resume as resume_lib
 from harness.job.cell import Cell, cell_row, load_1m, timed_generate
+from harness.job.conversation import Conversation, Reference
+from harness.job.interrupts import StopAfterWrites
+from harness.job.warmup import WARMUP_SEARCH, WarmUp
 from harness.job.run_settings import ROTATION_RULE, RunSettings, decoder_order, parse_shard
 from decoders.common.sampling import make_generator, sample_seed
 from tasks.base import encode_prompt
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
-#: Samples whose first prompt :meth:`Runner._warm_all` tries per decoder before leaving its warm-up to its
-#: first cell (a decoder every early prompt is too long for).
-WARMUP_SEARCH = 8
 
 
 class Runner:
@@ -133,9 +116,10 @@ class Runner:
         self.errors = 0
         self.interrupted = False
         self.skipped_cells = 0
-        self._warmed: set[str] = set()
-        self._writing = False
-        self._stop_requested = False
+        self._warmup = WarmUp(settings.warmup, min(settings.warmup_tokens, self.max_new_tokens),
+                              lambda: self._generate_kwargs("warmup", 0, 0)[0])
+        self._interrupts = StopAfterWrites()
+        self._bar: Any = None  # the progress bar while running
         self.attempt_id = uuid.uuid4().hex[:8]  # one per process: tells apart the processes of a resumed run
 
         # samples: the selection (task.limit, runner.sample_ids), then this shard's share of it
@@ -220,7 +204,7 @@ class Runner:
         ids = encode_prompt(tokenizer, text, chat=self.chat)
         return torch.tensor([ids], dtype=torch.long, device=self.pair.device)
 
-    # --- sampling support (runner.temperature / top_p / top_k / seed) ------------------------------
+    # ---------------------------------------------- sampling (runner.temperature / top_p / top_k / seed)
     def _sampling_columns(self) -> dict[str, Any]:
         """Columns of every row that describe the sampling setting (part of the configuration).
         ``sampling_seed`` is the run seed when sampling and ``None`` when greedy (no randomness)."""
@@ -235,7 +219,6 @@ class Runner:
             return {}, None
         seed = sample_seed(self.settings.seed, sample_id, turn, repeat)
         return {"generator": make_generator(seed, self.pair.device)}, seed
-    # --- end sampling support ----------------------------------------------------------------------
 
     def _skip(self, name: str, text: str, prompt_tokens: int) -> tuple[str, str] | None:
         """``(status, reason)`` when a cell cannot run: empty prompt (no text, or 0 tokens -- a tokenizer that
@@ -252,46 +235,22 @@ class Runner:
                                            f"exceeds the {role} model's ({model}) context of {ctx} tokens")
         return None
 
-    def _warm_up(self, name: str, decoder: Any, input_ids: torch.Tensor) -> None:
-        """Untimed warm-up calls of one decoder on ``input_ids`` (a prompt it can run), made the way a timed call
-        is made (:func:`harness.job.cell.timed_generate`: the stopwatch's marks, the draft's prefill hooks), so no
-        one-off cost of that path is left to a timed cell. Once per decoder per job (per :class:`Runner`)."""
-        if name in self._warmed:
-            return
-        draft = self.pair.draft if name in self.draft_users else None
-        for _ in range(self.settings.warmup):
-            kwargs, _ = self._generate_kwargs("warmup", 0, 0)
-            timed_generate(decoder, input_ids, min(self.settings.warmup_tokens, self.max_new_tokens), draft, **kwargs)
-        if self.settings.warmup and hasattr(decoder, "reset"):
-            decoder.reset()  # warm-up must not seed cross-sample state (n-gram pools)
-        self._warmed.add(name)
-        log.debug("warmed up %s", name)
+    def _draft(self, name: str) -> torch.nn.Module | None:
+        """The draft model when decoder ``name`` runs it (its prefill is timed, its context limits prompts)."""
+        return self.pair.draft if name in self.draft_users else None
 
     def _warm_all(self) -> None:
-        """Warm every decoder of the job before its first timed cell: each on the first turn-0 prompt (of the
-        first :data:`WARMUP_SEARCH` samples) it can run. Models shared by several decoders and the lazy set-up
-        of each (first forwards, caches, allocations) are then paid before any clock runs, not by whichever
-        decoder's cell comes first. A decoder whose warm-up raises is left to its first cell (which records
-        the error in its row); one without a runnable prompt here is warmed before its first cell."""
-        pending = [n for n in self.decoders if n not in self._warmed]
+        """Warm every decoder of the job before its first timed cell (:meth:`harness.job.warmup.WarmUp.every`),
+        each on the first turn-0 prompt of the first :data:`WARMUP_SEARCH` samples it can run; nothing when
+        every cell left is done (resume)."""
+        pending = [n for n in self.decoders if n not in self._warmup.warmed]
         if not self.settings.warmup or not pending:
             return
         if all(self._done(s, n, 0, r) for _, s in self.work for n in pending for r in range(self.settings.repeats)):
             return  # resume: nothing left to time
-        for _, sample in self.work[:WARMUP_SEARCH]:
-            text = self._render(sample, 0, [])
-            input_ids = self._encode(text) if text else None
-            for name in list(pending):
-                if input_ids is None or self._skip(name, text, int(input_ids.shape[1])) is not None:
-                    continue
-                pending.remove(name)
-                try:
-                    self._warm_up(name, self.decoders[name], input_ids)
-                except Exception as e:  # noqa: BLE001 -- the decoder's first cell runs (and records) it again
-                    log.warning("warm-up of %s failed (%s: %s); its first cell will say why", name,
-                                type(e).__name__, e)
-            if not pending:
-                return
+        texts = (self._render(sample, 0, []) for _, sample in self.work[:WARMUP_SEARCH])
+        self._warmup.every(self.decoders, ((text, self._encode(text) if text else None) for text in texts),
+                           lambda name, text, ids: self._skip(name, text, int(ids.shape[1])) is None, self._draft)
 
     def _base_row(self, sample: Sample, index: int, name: str, turn: int, repeat: int, position: int,
                   prompt_tokens: int) -> dict[str, Any]:
@@ -338,33 +297,8 @@ class Runner:
 
     def _write(self, row: dict[str, Any]) -> None:
         """Append one row; a SIGINT arriving meanwhile takes effect once the row is complete."""
-        self._writing = True
-        try:
+        with self._interrupts.writing():
             self.writer.write(row)
-        finally:
-            self._writing = False
-        if self._stop_requested:
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def _sigint_after_writes(self) -> Iterator[None]:
-        """While running: SIGINT raises KeyboardInterrupt, except while a row is being written (then right
-        after it). Only in the main thread (signal handlers cannot be set elsewhere)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum: int, frame: Any) -> None:
-            if self._writing:
-                self._stop_requested = True
-            else:
-                raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGINT, handler)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
     # ---------------------------------------------------------------------------------------- run
     def run(self) -> pd.DataFrame:
@@ -381,16 +315,17 @@ class Runner:
             log.warning("%s keep an n-gram pool across samples (pool_scope=task): with shards each pool sees only "
                         "its shard's samples, and with repeats it sees a sample again; warm-start speed then "
                         "differs from a single pass (outputs do not)", warm)
-        bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""), unit="sample")
+        self._bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""),
+                         unit="sample")
         try:
-            with self._sigint_after_writes():
+            with self._interrupts.installed():
                 self._warm_all()
-                for index, sample in bar:
-                    self._run_sample(index, sample, bar)
+                for index, sample in self._bar:
+                    self._run_sample(index, sample)
         except KeyboardInterrupt:
             self.interrupted = True
         finally:
-            bar.close()
+            self._bar.close()
         if self.skipped_cells:
             log.info("resume: skipped %d cells already done in %s", self.skipped_cells, self.writer.path)
             if warm:
@@ -399,11 +334,11 @@ class Runner:
                             "uninterrupted run (outputs do not)", warm)
         return self.write_summary()
 
-    def _run_sample(self, index: int, sample: Sample, bar: Any) -> None:
+    def _run_sample(self, index: int, sample: Sample) -> None:
         """Every repeat and turn of one sample."""
         n_turns = self._turns(sample)
         names = list(self.decoders)
-        refs: dict[int, tuple[tuple[int, ...], str | None]] = {}  # turn -> vanilla's token ids, attempt
+        refs: dict[int, Reference] = {}  # turn -> vanilla's token ids, attempt
         if self.resume_state is not None:
             for t in range(n_turns):
                 if (sample.sample_id, t) in self.resume_state.vanilla:
@@ -415,80 +350,72 @@ class Runner:
             self.skipped_cells += len(done)
             if len(done) == len(order) * n_turns:
                 continue
-            answers: dict[str, list[str]] = {n: [] for n in order}
-            lost: dict[str, str] = {}  # decoder -> its first turn without an answer, and why
+            conversation = Conversation(sample, index, repeat, order, done, refs, scores)
             for turn in range(n_turns):
-                self._run_turn(sample, index, repeat, turn, order, done, answers, refs, scores[turn], bar, lost)
+                self._run_turn(conversation, turn)
 
-    def _run_turn(self, sample: Sample, index: int, repeat: int, turn: int, order: list[str],
-                  done: set[tuple[str, int]], answers: dict[str, list[str]],
-                  refs: dict[int, tuple[tuple[int, ...], str | None]], scores: dict[str, dict[str, Any]],
-                  bar: Any, lost: dict[str, str] | None = None) -> None:
-        """Run every decoder on one turn of one sample (one repeat) and write its rows; appends to ``answers``.
+    def _run_turn(self, conv: Conversation, turn: int) -> None:
+        """Run every decoder on one turn of one sample (one repeat) and write its rows; records each decoder's
+        answer (or that it has none) in ``conv``.
 
         A cell measured before vanilla's on a sample it has no reference yet: it is held and written when
-        vanilla's output exists (or, if vanilla produced none, without equality).
-
-        ``lost`` (decoder -> "turn k <status>: <reason>") records the first turn of each decoder's conversation
-        without an answer; on a later turn such a decoder -- or every decoder, when vanilla's conversation is
-        broken -- gets a ``skipped`` row instead of running on another history than vanilla's.
+        vanilla's output exists (or, if vanilla produced none, without equality). A decoder whose conversation
+        is broken (:meth:`Conversation.broken_history`) gets a ``skipped`` row instead of running on another
+        history than vanilla's.
         """
-        lost = {} if lost is None else lost
+        sample, repeat, refs, scores = conv.sample, conv.repeat, conv.refs, conv.scores[turn]
         encoded: dict[str, torch.Tensor] = {}
-        vanilla_prompt = self._render(sample, turn, answers["vanilla"])
+        vanilla_prompt = self._render(sample, turn, conv.answers["vanilla"])
         pending: list[Cell] = []
         vanilla_attempt = (self.resume_state.vanilla_attempts.get((sample.sample_id, turn, repeat))
                            if self.resume_state is not None else None)
-        for position, name in enumerate(order):
-            bar.set_postfix_str(name + (f" (repeat {repeat})" if self.settings.repeats > 1 else ""))
-            text = vanilla_prompt if name == "vanilla" else self._render(sample, turn, answers[name])
-            if (name, turn) in done:  # resume: the stored answer carries the conversation on
+        for position, name in enumerate(conv.order):
+            self._bar.set_postfix_str(name + (f" (repeat {repeat})" if self.settings.repeats > 1 else ""))
+            text = vanilla_prompt if name == "vanilla" else self._render(sample, turn, conv.answers[name])
+            if (name, turn) in conv.done:  # resume: the stored answer carries the conversation on
                 stored = self._stored_completion(sample, name, turn, repeat)
                 if stored is None:
-                    lost.setdefault(name, f"turn {turn} has no answer (its row in the folder is a skip)")
-                answers[name].append(stored or "")
+                    conv.no_answer(name, f"turn {turn} has no answer (its row in the folder is a skip)")
+                else:
+                    conv.answer(name, stored)
                 continue
-            broken = self._broken_history(name, turn, lost)
+            broken = conv.broken_history(name, turn)
             if broken is not None:
-                row = self._base_row(sample, index, name, turn, repeat, position, 0)
+                row = self._base_row(sample, conv.index, name, turn, repeat, position, 0)
                 row["prompt_tokens"] = None  # not rendered for a run: the history it would carry is not vanilla's
                 self._write({**row, "status": "skipped", "reason": broken})
                 log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, broken)
-                answers[name].append("")
-                lost.setdefault(name, f"turn {turn} skipped")
+                conv.no_answer(name, f"turn {turn} skipped")
                 continue
             if text not in encoded:
                 encoded[text] = self._encode(text)  # tokenized once per distinct prompt, outside timers
             input_ids = encoded[text]
-            row = self._base_row(sample, index, name, turn, repeat, position, int(input_ids.shape[1]))
+            row = self._base_row(sample, conv.index, name, turn, repeat, position, int(input_ids.shape[1]))
             if turn > 0:
                 row["prompt_matches_vanilla"] = text == vanilla_prompt
             skip = self._skip(name, text, row["prompt_tokens"])
             if skip is not None:
                 self._write({**row, "status": skip[0], "reason": skip[1]})
                 log.warning("%s (turn %d, %s) skipped: %s", sample.sample_id, turn, name, skip[1])
-                answers[name].append("")
-                lost.setdefault(name, f"turn {turn} {skip[0]}")
+                conv.no_answer(name, f"turn {turn} {skip[0]}")
                 continue
             decoder = self.decoders[name]
             try:
-                self._warm_up(name, decoder, input_ids)
+                self._warmup.decoder(name, decoder, input_ids, self._draft(name))
                 before = load_1m()
                 generate_kwargs, row["sample_seed"] = self._generate_kwargs(sample.sample_id, turn, repeat)
-                draft = self.pair.draft if name in self.draft_users else None
-                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens, draft,
+                result, wall, timing = timed_generate(decoder, input_ids, self.max_new_tokens, self._draft(name),
                                                       **generate_kwargs)
                 after = load_1m()
             except Exception as e:
                 self.errors += 1
                 log.error("%s on %s failed:\n%s", name, sample.sample_id, traceback.format_exc())
                 self._write({**row, "status": "error", "reason": f"{type(e).__name__}: {e}"})
-                answers[name].append("")
-                lost.setdefault(name, f"turn {turn} error ({type(e).__name__}: {str(e)[:120]})")
+                conv.no_answer(name, f"turn {turn} error ({type(e).__name__}: {str(e)[:120]})")
                 continue
             completion = self.pair.tokenizer.decode(list(result.token_ids), skip_special_tokens=True,
                                                      clean_up_tokenization_spaces=False)
-            answers[name].append(completion)
+            conv.answer(name, completion)
             cell = Cell(row, result, wall, completion, {"load_1m_before": before, "load_1m_after": after, **timing})
             if name == "vanilla":
                 refs.setdefault(turn, (tuple(result.token_ids), self.attempt_id))
@@ -503,21 +430,7 @@ class Runner:
         for c in pending:  # vanilla gave no output on this turn: nothing to compare with
             self._write_cell(sample, c, None, None, scores)
 
-    @staticmethod
-    def _broken_history(name: str, turn: int, lost: Mapping[str, str]) -> str | None:
-        """Why turn ``turn`` of ``name`` must not run (an earlier turn of its conversation, or of vanilla's, has
-        no answer), or ``None``."""
-        if turn == 0:
-            return None
-        if name in lost:
-            return (f"an earlier turn of this conversation has no answer ({lost[name]}): turn {turn} would be asked "
-                    "with another history than vanilla's, so it is not run")
-        if "vanilla" in lost:
-            return (f"vanilla's conversation has no answer at an earlier turn ({lost['vanilla']}): there is no "
-                    f"reference for turn {turn} to pair this decoder with, so it is not run")
-        return None
-
-    def _write_cell(self, sample: Sample, cell: Cell, ref: tuple[tuple[int, ...], str | None] | None,
+    def _write_cell(self, sample: Sample, cell: Cell, ref: Reference | None,
                     vanilla_attempt: str | None, scores: dict[str, dict[str, Any]]) -> None:
         row = cell_row(cell, ref[0] if ref is not None else None, self.settings.sampling.greedy,
                        cross_process=(cell.row["decoder"] != "vanilla" and vanilla_attempt is not None

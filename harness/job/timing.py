@@ -1,4 +1,4 @@
-"""The runner's stopwatch: the one place that reads clocks around a decoder (DESIGN.md 2b).
+"""The runner's stopwatch: the one place that reads clocks around a decoder (docs/measurement.md, "Metric definitions").
 
 :class:`Stopwatch` implements the :class:`decoders.types.Stopwatch` hook that ``generate`` receives: decoders mark
 the first new token (``first_token``) and, optionally, phase boundaries (``lap``); the stopwatch synchronizes the

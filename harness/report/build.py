@@ -25,13 +25,13 @@ one run's cells (counted once), are named in the warnings.
 Writes to ``--out`` (default ``<first RUN>/report``, refused where git tracks that folder: committed
 reference reports are rewritten only by ``python benchmarks/references.py``):
 
-* ``main.{md,tex,csv}``: decoders as rows with their settings, metrics as columns -- the samples, tokens/s,
-  speedup vs vanilla with its 95 % bootstrap interval ("n too small" below 5 samples), accept length tau,
-  acceptance rate alpha, equality with vanilla (``n/a`` for sampled runs), then, when rows record the runner's
-  stopwatch, decode-only speedup with its interval, mean TTFT and TPOT and the prefill share, the task's
-  quality columns with their interval (Wilson over samples; over several seeds a t-interval), and the
-  failed/skipped cells and unpaired rows when there are any. One block of rows per run group; LaTeX one
-  table per group, narrow enough for a page (:func:`harness.report.tables.latex_by_group`).
+* ``main.{md,tex,csv}`` (:mod:`harness.report.main_table`): decoders as rows with their settings, metrics as
+  columns -- the samples, tokens/s, speedup vs vanilla with its 95 % bootstrap interval ("n too small" below 5
+  samples), accept length tau, acceptance rate alpha, equality with vanilla (``n/a`` for sampled runs), then,
+  when rows record the runner's stopwatch, decode-only speedup with its interval, mean TTFT and TPOT and the
+  prefill share, the task's quality columns with their interval (Wilson over samples; over several seeds a
+  t-interval), and the failed/skipped cells and unpaired rows when there are any. One block of rows per run
+  group; LaTeX one table per group, narrow enough for a page (:func:`harness.report.tables.latex_by_group`).
 * ``category.{md,tex,csv}`` (rows with ``subtask`` / ``category``: Spec-Bench, MT-Bench): speedup per
   category, decoders as rows.
 * ``theory.{md,tex,csv}``: Leviathan et al. 2023 eq. 1 predictions beside the measurement (see
@@ -48,12 +48,10 @@ quality on each side; how many samples, and a warning when the runs cover differ
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
-import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -64,108 +62,20 @@ from harness.report import figdata
 from harness.rows import flags
 from harness.rows import grouping
 from harness.rows import metrics
-from harness.job.resume import latest_rows
-from harness.rows.results import read_results
+from harness.rows.results import find_result_files, load_rows
 from harness.report.summary import code_execution_lines
-from harness.report.tables import (CELLS_MEANING, SAMPLES_MEANING, coverage_cell, fmt_cell, interval_cell, latex,
-                            latex_by_group, markdown, show_cells)
+from harness.report.main_table import (coverage_caption, coverage_columns, main_caption, main_table, row_index,
+                                       settings_caption)
+from harness.report.tables import coverage_cell, fmt_cell, latex, latex_by_group, markdown
 
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------------
 # Loading
-def find_result_files(paths: Iterable[str | Path], repeated: list[str] | None = None) -> list[Path]:
-    """``results.jsonl`` files named by ``paths``: files as given, folders searched recursively (a
-    multirun sweep folder holds one per job), each file once.
-
-    Args:
-        repeated: when given, one line is appended per file named more than once (a folder given twice, a
-            folder and a file or subfolder of it): the caller warns, rather than drop the repeat silently.
-
-    Raises:
-        FileNotFoundError: a path does not exist, or nothing is found.
-    """
-    paths = list(paths)
-    found: dict[Path, list[str]] = {}
-    for p in map(Path, paths):
-        if p.is_file():
-            hits = [p]
-        elif p.is_dir():
-            hits = sorted(p.rglob("results.jsonl"), key=lambda q: (len(q.parts), str(q)))
-        else:
-            raise FileNotFoundError(f"{p} does not exist")
-        for f in hits:
-            found.setdefault(f.resolve(), []).append(str(p))
-    if not found:
-        raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, paths))}")
-    if repeated is not None:
-        repeated += [f"repeated input: {f} is named {len(given)} times ({', '.join(dict.fromkeys(given))}): "
-                     "its rows are read once" for f, given in found.items() if len(given) > 1]
-    return list(found)
-
-
-def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
-    """All valid rows of the result files under ``paths``, one row per cell
-    (:func:`harness.job.resume.latest_rows`), prepared for aggregation (:func:`harness.rows.grouping.prepare`:
-    ``model_pair``, ``label``, ``group``).
-
-    ``run_id`` becomes a key of (run folder, run identity), so a decoder pairs with the vanilla of its own
-    folder and configuration whichever process of a resumed run wrote the rows, and never with another
-    folder's. A file not named ``results.jsonl`` counts as a folder of its own. Folders that hold the same
-    cells of one run (a run and a copy of it) are one run, each cell counted once
-    (:func:`harness.rows.cells.fold_copies`). ``attrs["warnings"]`` names each file named twice, each copy, each
-    line left out as invalid (:func:`harness.rows.results.read_results`) and each run read in part (one shard of n,
-    :func:`harness.rows.cells.shard_warnings`).
-
-    Raises:
-        FileNotFoundError: a path does not exist. ValueError: no valid row (every line was left out: the
-            warnings say why).
-    """
-    frames, warnings = [], []
-    files = find_result_files(paths, warnings)
-    for w in warnings:
-        log.warning("%s", w)
-    for f in files:
-        rows = read_results([f])
-        warnings += rows.attrs.get("warnings", [])
-        if rows.empty:
-            continue
-        rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
-        frames.append(rows)
-    if not frames:
-        if warnings:
-            raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
-        return pd.DataFrame()
-    rows = _finish(pd.concat(frames, ignore_index=True), pool)
-    rows.attrs["warnings"] = [*warnings, *rows.attrs["warnings"]]
-    return rows
-
-
-def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
-    ident = grouping.identity_fields(rows)
-    # one folder measuring a cell twice (before copies are folded), a run read in part (some of its shards)
-    said = [*coverage.repeated_cells(rows), *coverage.shard_warnings(rows)]
-    for w in said:
-        log.warning("%s", w)
-    rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run (warned there)
-    warnings = [*said, *warnings]
-    # one row per cell of one run identity (a retried error row or a resumed process repeats a cell)
-    rows = latest_rows(rows, extra_keys=("run_dir", *ident)) if "run_dir" in rows else rows
-    key = rows[["run_dir", *ident]].astype(str).agg("|".join, axis=1) if "run_dir" in rows else \
-        rows["run_id"].astype(str)
-    rows = rows.assign(run_id=[hashlib.sha1(k.encode()).hexdigest()[:12] for k in key])
-    for c in ("label", "group"):
-        if c in rows:
-            rows = rows.drop(columns=c)
-    rows = grouping.prepare(rows, pool)
-    rows.attrs["warnings"] = warnings
-    return rows
-
-
 def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequence[str | Path] = (),
              spec_bench_baseline: str | None = None) -> pd.DataFrame:
-    """:func:`load_rows` of ``paths`` plus the rows of Spec-Bench answer files (``spec_bench``), labelled
+    """:func:`harness.rows.results.load_rows` of ``paths`` plus the rows of Spec-Bench answer files (``spec_bench``), labelled
     together so one report holds both."""
     frames, warnings = [], []
     if paths:
@@ -185,134 +95,26 @@ def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequen
 
 
 # --------------------------------------------------------------------------------------------------
-# Tables
-
-
-def _index(agg: pd.DataFrame) -> pd.Index:
-    """Row index of a table: the decoder configuration, under its run group when there are several."""
-    if agg["group"].nunique() > 1:
-        return pd.MultiIndex.from_arrays([agg["group"].tolist(), agg["label"].tolist()])
-    return pd.Index(agg["label"].tolist())
-
-
-def has_prefill(agg: pd.DataFrame) -> bool:
-    """Whether the rows recorded time to first token / decode-only tokens/s (the prefill columns are shown)."""
-    return any(c in agg and agg[c].notna().any() for c in ("decode_speedup", "ttft_s"))
-
-
-def _equality_cell(r: pd.Series) -> str:
-    if str(r.get("equality_check")) == columns.EQUALITY_SAMPLED:
-        return "n/a"
-    return fmt_cell(r.get("equal_to_vanilla"))
-
-
-def _seeds(agg: pd.DataFrame) -> int:
-    return int(columns.num(agg["seeds"]).max()) if "seeds" in agg and columns.num(agg["seeds"]).notna().any() else 0
-
-
-def _samples_cell(r: pd.Series) -> str:
-    """The samples a row's figures are over: ``5``, or ``3/5`` when the group has more
-    (:func:`harness.report.tables.coverage_cell`, which summary.md prints too)."""
-    return coverage_cell(r)
-
-
-def coverage_columns(agg: pd.DataFrame) -> dict[str, list[str]]:
-    """The coverage cells of a formatted table (one per row of ``agg``), header -> cells: ``samples`` always
-    (:func:`_samples_cell`), ``cells`` ((sample, turn) cells, the same way) for a multi-turn task, ``failed``
-    (cells without a measurement, by status) and ``unpaired`` (ok rows without a vanilla pair) when any row
-    has some."""
-    out = {"samples": [_samples_cell(r) for _, r in agg.iterrows()]}
-    if show_cells(agg):
-        out["cells"] = [coverage_cell(r, "cells") for _, r in agg.iterrows()]
-    if "failed" in agg and columns.num(agg["failed"]).fillna(0).any():
-        why = agg["failed_statuses"] if "failed_statuses" in agg else agg["failed"]
-        out["failed"] = [str(s) if isinstance(s, str) and s else fmt_cell(n, "g") if n else "-"
-                         for s, n in zip(why, columns.num(agg["failed"]).fillna(0))]
-    if "unpaired" in agg and columns.num(agg["unpaired"]).fillna(0).any():
-        out["unpaired"] = [fmt_cell(int(v), "g") if v else "-" for v in columns.num(agg["unpaired"]).fillna(0)]
-    return out
-
-
-def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The paper table: decoders as rows, metrics as columns: the samples the row's figures are over
-    (``3/5``: 3 of the group's 5), tokens/s, end-to-end speedup [95% CI], tau, alpha, equality (``n/a`` for
-    sampled runs), then -- when rows record them -- decode-only speedup [95% CI], mean time to first token (ms)
-    and the prefill share, the sampling seeds when several, the quality columns (``mean [low, high]`` over
-    seeds when there are several), and -- when any row has some -- the failed or skipped cells by status and
-    the unpaired rows (:func:`coverage_columns`). Every figure is over the row's figure rows
-    (:mod:`harness.rows.cells`).
-
-    Returns:
-        ``(numeric, text)``: ``numeric`` is tidy (group, label, each metric with its interval bounds, the
-        quality means) for CSV; ``text`` has formatted cells, indexed by (group,) label, for markdown/LaTeX.
-    """
-    quality = [q for q in quality if q in agg]
-    agg = with_figures(agg)
-    prefill = has_prefill(agg)
-    seeds = _seeds(agg)
-    params = [p for p in grouping.decoder_param_columns(agg) if p in agg]
-    cols = ["group", "task", "model_pair", "dtype", "device_name", "git_commit", "max_new_tokens", "label",
-            "decoder", "settings", *params, *coverage.COVERAGE_COLUMNS, "rows", "repeats",
-            "seeds", "temperature", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low",
-            "speedup_high", "speedup_total", "decode_speedup", "decode_speedup_low", "decode_speedup_high",
-            "ttft_s", "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
-            "prefill_share", "peak_memory_mb", "accept_length", "accept_length_low", "accept_length_high",
-            "acceptance_rate", "equality_check", "equal_to_vanilla",
-            *[c for q in quality for c in (q, f"{q}_low", f"{q}_high", f"{q}_seed_std")]]
-    numeric = agg[[c for c in dict.fromkeys(cols) if c in agg]].copy()
-    text = pd.DataFrame(index=_index(agg))
-    cover = coverage_columns(agg)
-    if "settings" in agg and agg["settings"].fillna("").astype(str).str.len().any():
-        text["settings"] = [s if isinstance(s, str) and s else "-" for s in agg["settings"]]
-    text["samples"] = cover.pop("samples")
-    if "cells" in cover:
-        text["cells"] = cover.pop("cells")
-    text["tok/s"] = [fmt_cell(v) for v in agg["tokens_per_s"]]
-    text["speedup [95% CI]"] = [interval_cell(r, "speedup") for _, r in agg.iterrows()]
-    text["τ"] = [fmt_cell(v) for v in agg["accept_length"]]
-    text["α"] = [fmt_cell(v) for v in agg["acceptance_rate"]]
-    text["eq."] = [_equality_cell(r) for _, r in agg.iterrows()]
-    if prefill:
-        text["decode speedup [95% CI]"] = [interval_cell(r, "decode_speedup") for _, r in agg.iterrows()]
-        for col, head in (("ttft_s", "TTFT ms"), ("tpot_s", "TPOT ms")):
-            if col in agg and agg[col].notna().any():
-                text[head] = [fmt_cell(v * 1000.0 if v is not None and not pd.isna(v) else v, ".1f") for v in agg[col]]
-        text["prefill"] = [fmt_cell(v, ".0%") for v in agg.get("prefill_share", pd.Series([math.nan] * len(agg)))]
-    if seeds > 1:
-        text["seeds"] = [fmt_cell(int(v)) if not pd.isna(v) else "-" for v in columns.num(agg["seeds"])]
-    for q in quality:  # two decimals: a score over tens of problems has no third
-        text[q] = [interval_cell(r, q, ".2f") for _, r in agg.iterrows()]
-    for name, cells in cover.items():
-        text[name] = cells
-    text.columns.name = "decoder"
-    return numeric, text
-
-
-THEORY_COLUMNS = [("acceptance_rate", "α", ".3f"), ("gamma_used", "γ", ".2f"), ("cost_ratio", "c", ".3f"),
-                  ("cost_ratio_source", "c from", ""), ("theory_accept_length", "E[τ] theory", ".2f"),
-                  ("accept_length", "τ measured", ".2f"), ("theory_speedup", "speedup theory", ".2f"),
-                  ("speedup", "speedup measured", ".2f"), ("efficiency", "efficiency", ".2f")]
-
-
-#: The figures every formatted table reads: blank (``-``) in a table of cells none of which was measured.
-FIGURE_COLUMNS = ("tokens_per_s", "speedup", "speedup_total", "accept_length", "acceptance_rate", "equal_to_vanilla")
-
-
-def with_figures(agg: pd.DataFrame) -> pd.DataFrame:
-    """``agg`` with every :data:`FIGURE_COLUMNS` column (NaN where no cell had a figure row: a run whose every
-    cell failed is a table of its failures, not a KeyError)."""
-    missing = [c for c in FIGURE_COLUMNS if c not in agg]
-    return agg.assign(**{c: math.nan for c in missing}) if missing else agg
+# Tables (the main one: :mod:`harness.report.main_table`)
+#: The theory table's columns in order (headers and formats from their declarations,
+#: :data:`harness.rows.columns.THEORY_COLUMNS_DECLARED` and the summary's), and where it shows a measured figure
+#: otherwise than the main table: beside its prediction (``τ measured``), alpha at three decimals.
+THEORY_COLUMNS = ("acceptance_rate", "gamma_used", "cost_ratio", "cost_ratio_source", "theory_accept_length",
+                  "accept_length", "theory_speedup", "speedup", "efficiency")
+THEORY_MEASURED = {"accept_length": " measured", "speedup": " measured"}
+THEORY_FMT = {"acceptance_rate": ".3f"}
 
 
 def theory_table(agg: pd.DataFrame) -> pd.DataFrame:
     """Formatted theory-vs-measurement table, decoders that draft as rows (with the samples their figures are
-    over, :func:`_samples_cell`)."""
+    over, :func:`harness.report.tables.coverage_cell`)."""
     sub = agg[agg["acceptance_rate"].notna()] if "acceptance_rate" in agg else agg.iloc[0:0]
-    text = pd.DataFrame(index=_index(sub) if len(sub) else pd.Index([]))
-    text["samples"] = [_samples_cell(r) for _, r in sub.iterrows()]
-    for col, name, fmt in THEORY_COLUMNS:
-        text[name] = [fmt_cell(v, fmt or ".2f") for v in sub[col]] if col in sub else []
+    text = pd.DataFrame(index=row_index(sub) if len(sub) else pd.Index([]))
+    text["samples"] = [coverage_cell(r) for _, r in sub.iterrows()]
+    for name in THEORY_COLUMNS:
+        col = columns.shown(name)
+        head = (col.display or col.name) + THEORY_MEASURED.get(name, "")
+        text[head] = [fmt_cell(v, THEORY_FMT.get(name, col.fmt)) for v in sub[name]] if name in sub else []
     text.columns.name = "decoder"
     return text
 
@@ -355,48 +157,6 @@ def _category_cell(r: pd.Series) -> str:
     return fmt_cell(r.get("speedup")) + (f" ({int(n)}/{int(total)})" if short else "")
 
 
-def settings_caption(agg: pd.DataFrame) -> str:
-    """`` Settings: speculative_tuned: gamma=8; ...`` for the configurations that have settings."""
-    if "settings" not in agg:
-        return ""
-    pairs = dict.fromkeys((str(lab), str(s)) for lab, s in zip(agg["label"], agg["settings"]) if isinstance(s, str) and s)
-    return (" Settings: " + "; ".join(f"{lab}: {s}" for lab, s in pairs) + ".") if pairs else ""
-
-
-MAIN_CAPTION = ("tok/s: mean new tokens per second of the whole generate call (prefill included). speedup: mean "
-                "over samples of the paired ratio tok/s(decoder) / tok/s(vanilla) in the same run, with a 95% "
-                "bootstrap CI over samples and repeats. tau: new tokens per target forward (prefill included; "
-                "vanilla = 1). alpha: accepted / drafted tokens. eq.: fraction of samples whose tokens equal "
-                "vanilla's (n/a: sampled run, whose outputs are compared in distribution, not token by token).")
-PREFILL_CAPTION = (" decode speedup: the same paired mean for decode-only tok/s (tokens after the first emission / "
-                   "seconds after both models' prefills, the draft's prefill counted as prefill for every decoder). "
-                   "TTFT: mean time to the first new token; TPOT: mean time per output token after it. prefill: "
-                   "mean share of a call's wall time spent in both prefills.")
-SEEDS_CAPTION = (" Sampled runs over several seeds (runner.seed): speedups paired within each seed's run; quality = "
-                 "mean over seeds of each seed's mean, [95% Student-t interval over seeds].")
-
-
-COVERAGE_CAPTION = f" samples: {SAMPLES_MEANING}."
-CELLS_CAPTION = f" cells: {CELLS_MEANING}."
-FAILED_CAPTION = " failed: cells without a measurement, by status (the reasons are in report.md's warnings)."
-UNPAIRED_CAPTION = " unpaired: ok rows left out of every figure for want of an ok vanilla row to pair with."
-CLEAN_CAPTION = " Every cell was measured and paired with vanilla."
-
-
-def coverage_caption(agg: pd.DataFrame) -> str:
-    """What the coverage columns of :func:`coverage_columns` mean, for the columns shown; or that every cell
-    was measured and paired."""
-    shown = coverage_columns(agg)
-    text = COVERAGE_CAPTION + (CELLS_CAPTION if "cells" in shown else "") + \
-        (FAILED_CAPTION if "failed" in shown else "") + (UNPAIRED_CAPTION if "unpaired" in shown else "")
-    whole = not any("/" in c for c in [*shown["samples"], *shown.get("cells", [])])  # no row short of its group
-    return text + (CLEAN_CAPTION if whole and not {"failed", "unpaired"} & set(shown) else "")
-
-
-def main_caption(agg: pd.DataFrame) -> str:
-    """The main table's caption: the definitions of the columns it shows."""
-    return (MAIN_CAPTION + (PREFILL_CAPTION if has_prefill(agg) else "") + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
-            + coverage_caption(agg))
 
 
 CATEGORY_CAPTION = ("Speedup vs vanilla per category (mean of paired per-sample ratios; (k/n): over k of the "
@@ -498,7 +258,7 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
                         + markdown(cat[1]))
     theory = theory_table(agg)
     csv("theory.csv", agg[["group", "label", *[c for c in ("paired_samples", "group_samples") if c in agg],
-                           *[c for c, _, _ in THEORY_COLUMNS if c in agg]]])
+                           *[c for c in THEORY_COLUMNS if c in agg]]])
     put("theory.md", markdown(theory) + "\n")
     put("theory.tex", latex(theory, THEORY_CAPTION, "tab:theory"))
     sources = ", ".join(sorted(set(agg.get("cost_ratio_source", pd.Series(dtype=str)).dropna())))

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from harness.rows import cells as coverage
-from harness.rows.columns import SAMPLING, fmt_value, norm, num
+from harness.rows.columns import SAMPLING, compared_columns, fmt_value, norm, num
 from harness.rows.grouping import config_labels, prepare, quality_columns, settings_label
 from harness.rows.metrics import paired_speedups
+from harness.rows.results import load_rows
 from harness.rows.stats import MIN_INTERVAL_SAMPLES, interval
 from harness.report.tables import fmt_cell, interval_cell, markdown
 
@@ -161,6 +162,9 @@ def _settings_by_decoder(rows: pd.DataFrame) -> dict[str, str]:
 
 
 def _side_draws(g: pd.DataFrame, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """The producer of the compared figures (:func:`harness.rows.columns.compared_columns`): each figure of one
+    side's rows ``g`` under each weighting of them (``weights``: draws x rows; one row of ones for the figure
+    itself), as an array over draws."""
     x = {c: np.nan_to_num(num(g[c]).to_numpy(float)) for c in ("tokens_per_s", "speedup", "new_tokens", "num_steps")}
     fin = np.isfinite(num(g["speedup"]).to_numpy(float))
     wp = weights * fin
@@ -181,7 +185,7 @@ def _compare_cell(ga: pd.DataFrame, gb: pd.DataFrame, n_boot: int, level: float,
     counts = rng.multinomial(len(samples), np.full(len(samples), 1.0 / len(samples)), size=n_boot)
     wa, wb = (_weights_from_counts(g, samples, counts, rng) for g in (ga, gb))
     da, db = _side_draws(ga, wa), _side_draws(gb, wb)
-    for k in ("tokens_per_s", "speedup", "accept_length"):
+    for k in (c.name for c in compared_columns()):
         a, b = float(pa[k][0]), float(pb[k][0])
         rec[f"{k}_a"], rec[f"{k}_b"] = a, b
         rec[f"{k}_ratio"] = b / a if a else math.nan
@@ -204,19 +208,18 @@ def _weights_from_counts(g: pd.DataFrame, samples: list[str], counts: np.ndarray
 
 
 # ------------------------------------------------------------------------------------------------ the comparison as text
-COMPARE_METRICS = [("tokens_per_s", "tok/s"), ("speedup", "speedup"), ("accept_length", "τ")]
-
-
 def compare_table(cmp: pd.DataFrame) -> pd.DataFrame:
-    """Formatted comparison: per decoder, A, B, B/A [95% CI] for tokens/s, speedup and tau, the samples
-    compared (:func:`_compare_samples`) and, when any row has one, a note (different samples, failed cells,
-    unpaired rows, a decoder in one run only)."""
+    """Formatted comparison: per decoder, A, B, B/A [95% CI] for each compared figure (tokens/s, speedup and tau:
+    :func:`harness.rows.columns.compared_columns`, in their declared header and format), the samples compared
+    (:func:`_compare_samples`) and, when any row has one, a note (different samples, failed cells, unpaired rows,
+    a decoder in one run only)."""
     index = pd.MultiIndex.from_arrays([(cmp["task"] + ": " + cmp["model_pair"]).tolist(), cmp["label"].tolist()]) \
         if (cmp["task"] + cmp["model_pair"]).nunique() > 1 else pd.Index(cmp["label"].tolist())
     text = pd.DataFrame(index=index)
-    for col, name in COMPARE_METRICS:
-        text[f"{name} A"] = [fmt_cell(v) for v in cmp.get(f"{col}_a", [math.nan] * len(cmp))]
-        text[f"{name} B"] = [fmt_cell(v) for v in cmp.get(f"{col}_b", [math.nan] * len(cmp))]
+    for c in compared_columns():  # headers and formats from their declarations
+        col, name = c.name, c.display or c.name
+        text[f"{name} A"] = [c.cell(v) for v in cmp.get(f"{col}_a", [math.nan] * len(cmp))]
+        text[f"{name} B"] = [c.cell(v) for v in cmp.get(f"{col}_b", [math.nan] * len(cmp))]
         text[f"{name} B/A [95% CI]"] = [
             interval_cell(pd.Series({"x": r.get(f"{col}_ratio"), "samples": r.get("common_samples"),
                                      "x_low": r.get(f"{col}_ratio_low"),
@@ -257,8 +260,6 @@ def write_compare(path_a: str | Path, path_b: str | Path, out_dir: str | Path | 
                   seed: int = 0) -> tuple[pd.DataFrame, str]:
     """Compare run A with run B (see :func:`harness.report.compare.compare_runs`); writes ``compare.{md,csv}`` into
     ``out_dir`` when given. Returns the numeric frame and the markdown."""
-    from harness.report.build import load_rows  # the report reads files; this module only compares frames
-
     a, b = load_rows([path_a]), load_rows([path_b])
     if a.empty or b.empty:
         raise ValueError(f"no result rows under {path_a if a.empty else path_b}")

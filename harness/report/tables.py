@@ -3,25 +3,27 @@
 columns that say nothing left out, the warnings above the table and the legend from the rows schema,
 :data:`SUMMARY_LEGEND`), and the report's formatted tables as markdown (:func:`markdown`) and booktabs LaTeX
 that fits a page (:func:`latex`, :func:`latex_by_group`).
+The headers and formats of the report's figures are their declarations' (:class:`harness.rows.columns.Column`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
-from harness.rows.columns import EQUALITY_SAMPLED, SUMMARY_MD_COLUMNS, legend, num
+from harness.rows import columns as schema
+from harness.rows.columns import EQUALITY_SAMPLED, SUMMARY_MD_COLUMNS, format_value, legend, num
 from harness.rows.stats import MIN_INTERVAL_SAMPLES
 
 log = logging.getLogger(__name__)
 
 
-#: Figures of ``summary.md`` printed with their interval (``x [low, high]``), besides the quality columns.
-MD_INTERVALS = ("speedup", "decode_speedup")
+def md_intervals() -> list[str]:
+    """Figures of ``summary.md`` printed with their interval (``x [low, high]``), besides the quality columns:
+    the summary columns declared with ``interval`` (:class:`harness.rows.columns.Column`)."""
+    return [c.name for c in schema.SUMMARY.values() if c.interval]
 
 
 #: What ``samples`` means in every printed table (summary.md and the report's), and ``cells``, printed beside it
@@ -132,8 +134,9 @@ def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.
     drop |= {c for c in ("decode_speedup", "ttft_s", "tpot_s", "prefill_share", "load_max") if blank(c)}
     columns = [c for c in columns if c not in drop]
     n = num(df["paired_samples"] if "paired_samples" in df else df.get("samples", pd.Series(0, index=df.index)))
+    shown_intervals = md_intervals()
     for c in columns:
-        if (c in MD_INTERVALS or c in quality) and f"{c}_low" in df:
+        if (c in shown_intervals or c in quality) and f"{c}_low" in df:
             fmt = ".2f" if c in quality else floatfmt  # a score over tens of problems has two digits, not three
 
             def cell(v: Any, lo: float, hi: float, k: float, fmt: str = fmt) -> str:
@@ -155,25 +158,18 @@ def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.
 
 
 def _md_cell(v: Any, floatfmt: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    if isinstance(v, (float, np.floating)):
-        return format(float(v), floatfmt)
+    """A markdown cell: :func:`harness.rows.columns.format_value` (blank when missing), lists joined, pipes
+    escaped."""
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v))
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    return format_value(v, floatfmt, missing="").replace("|", "\\|").replace("\n", " ")
 
 
 # ------------------------------------------------------------------------------------------------ report tables
 def fmt_cell(v: Any, fmt: str = ".2f") -> str:
-    """A table cell: ``-`` for a missing value, booleans in lower case, floats in ``fmt``."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, (bool, np.bool_)):
-        return str(v).lower()
-    if isinstance(v, (float, np.floating)):
-        return format(float(v), fmt)
-    return str(v)
+    """A table cell: ``-`` for a missing value, booleans in lower case, floats in ``fmt``
+    (:func:`harness.rows.columns.format_value`)."""
+    return format_value(v, fmt, missing="-")
 
 
 def interval_cell(r: pd.Series, col: str, fmt: str = ".2f") -> str:
@@ -187,9 +183,14 @@ def interval_cell(r: pd.Series, col: str, fmt: str = ".2f") -> str:
     return f"{r[col]:{fmt}} [{r[f'{col}_low']:{fmt}}, {r[f'{col}_high']:{fmt}}]"
 
 
-#: LaTeX spellings of the main and theory tables' headers.
-TEX_HEADERS = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "E[τ] theory": r"E[$\tau$] theory",
-               "τ measured": r"$\tau$ measured"}
+#: LaTeX spellings of the Greek letters of the tables' headers (the declared display names: τ, α, γ).
+TEX_GREEK = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$"}
+
+
+def tex_header(header: str) -> str:
+    """A (LaTeX-escaped) table header with its Greek letters in math mode (``E[τ] theory`` -> ``E[$\\tau$]
+    theory``)."""
+    return "".join(TEX_GREEK.get(ch, ch) for ch in header)
 
 
 def markdown(text: pd.DataFrame) -> str:
@@ -220,7 +221,7 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
     n_idx = text.index.nlevels
     styler = (text.style.format(escape="latex")
               .format_index(escape="latex", axis=0)
-              .format_index(lambda c: TEX_HEADERS.get(c, c), escape="latex", axis=1))
+              .format_index(tex_header, escape="latex", axis=1))
     kwargs: dict[str, Any] = {"hrules": True, "column_format": "l" * n_idx + "r" * text.shape[1],
                               "position": "t", "position_float": "centering"}
     if n_idx > 1:
@@ -232,16 +233,18 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
     return styler.to_latex(**kwargs)
 
 
-#: Columns the LaTeX main table leaves out so that it fits a page (main.md and main.csv keep them; the settings
-#: go to the caption).
-LATEX_DROP = ("tok/s", "decode speedup [95% CI]", "TTFT ms", "TPOT ms", "prefill", "settings")
+def latex_drop() -> tuple[str, ...]:
+    """Headers the LaTeX main table leaves out so that it fits a page: the main-table columns declared with
+    ``page=False`` (main.md and main.csv keep them), and the settings (they go to the caption)."""
+    return (*[c.header for c in schema.SUMMARY.values() if c.report and not c.page], "settings")
 
 
 def latex_by_group(text: pd.DataFrame, caption: str, label: str) -> str:
     """The main table as LaTeX that fits a page: one booktabs table per run group (the group named once, in its
-    caption, not in a column), without the columns of :data:`LATEX_DROP`. The first table carries the full
+    caption, not in a column), without the columns of :func:`latex_drop`. The first table carries the full
     caption; the others refer to it."""
-    text = text[[c for c in text.columns if c not in LATEX_DROP]]
+    drop = latex_drop()
+    text = text[[c for c in text.columns if c not in drop]]
     caption += " (tok/s, decode speedup, TTFT, TPOT and the prefill share: main.md and main.csv.)"
     if text.index.nlevels == 1:
         return _small(latex(text, caption, label))

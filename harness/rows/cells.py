@@ -26,7 +26,7 @@ Pure pandas; no torch. The rules (stated once; ``harness.rows.metrics``' docstri
 * **Duplicate cells.** Two ``ok`` rows of one cell (same ``run_id``, task, sample, turn, repeat, seed and
   decoder configuration) are one measurement counted twice: :func:`collapse_duplicates` keeps the last ``ok``
   row and warns. A non-``ok`` row followed by another row of its cell is a retry (a resumed run) and is
-  dropped quietly, as :func:`harness.job.resume.latest_rows` does. Folders holding the same cells of one run (a run
+  dropped quietly, as :func:`harness.rows.identity.latest_rows` does. Folders holding the same cells of one run (a run
   and a copy of it, whole or partial) are read as one run (:func:`fold_copies`), with a warning per copy; a
   folder holding a cell's ``ok`` row twice is named too (:func:`repeated_cells`), and so is a run read in part,
   some of its shards only (:func:`shard_warnings`).
@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from harness.rows.columns import norm
-from harness.job.resume import cell_key
+from harness.rows.identity import cell_key
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def collapse_duplicates(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def fold_copies(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Folders holding the same cells of one run (same ``run_id`` and cell, :func:`harness.job.resume.cell_key`: a run
+    """Folders holding the same cells of one run (same ``run_id`` and cell, :func:`harness.rows.identity.cell_key`: a run
     and a copy of it, whole or partial) are one run: their rows get the first such folder's ``run_dir``, so the
     caller's one-row-per-cell rule counts each cell once; each copy is named in a warning. Folders of one run
     that share no cell (shards) are left apart.
@@ -320,7 +320,7 @@ def fold_copies(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def repeated_cells(rows: pd.DataFrame, extra_keys: Sequence[str] = ()) -> list[str]:
     """A warning per folder whose rows measure one cell twice (two ``ok`` rows of one run, cell and
-    ``extra_keys``, :func:`harness.job.resume.cell_key`: the rows appended again, or a copy of them pasted into
+    ``extra_keys``, :func:`harness.rows.identity.cell_key`: the rows appended again, or a copy of them pasted into
     the file), for the caller to show: one row per cell is then kept (the last ``ok`` one), never both."""
     if rows.empty or "run_dir" not in rows:
         return []

@@ -3,14 +3,20 @@ declared once with its type, unit, the stage that fills it and its meaning.
 
 The runner, resume, the aggregation (:mod:`harness.rows.metrics`), the regression gate, the report and the
 Spec-Bench import read their column lists from here (the named groups at the end). Adding a metric: declare
-it here (one :class:`Column`, with ``summary_md=True`` to print it in ``summary.md``) and compute it in its
-producer; the summary, its CSV and its legend pick it up. A decoder's hyper-parameters (one column each, plus
+it here (one :class:`Column`: ``summary_md=True`` prints it in ``summary.md``; ``report="main"`` shows it in the
+report's main table under its ``display`` name, in its ``fmt``) and compute it in its producer; the summary, its
+CSV, its legend and the report's tables pick it up. A decoder's hyper-parameters (one column each, plus
 ``decoder_params``) and a task's quality columns (named per row in ``quality_columns``) are open-ended and not
-listed; the statistics a decoder adds to its rows (``DecodeResult.extra``) are.
+listed; the statistics a decoder adds to its rows (``DecodeResult.extra``) are declared next to the decoders
+(:mod:`decoders.columns`) and gathered here.
 
 Stages: ``runner`` (identity and bookkeeping, :mod:`harness.job.runner`), ``environment`` (machine and code,
 :mod:`harness.rows.results`), ``decoder`` (its :meth:`decoders.types.DecodeResult.summary` counters), ``stopwatch``
 (timings, :mod:`harness.job.timing`), ``task`` (scores), ``summary`` (computed by :mod:`harness.rows.metrics`).
+
+After the declarations: the named column groups, the lookups filled from the declarations (:func:`gather`) and
+the check of a result row against the schema (:func:`row_problem`). A value's canonical form and text
+(:func:`num`, :func:`norm`, :func:`format_value`) live in :mod:`harness.rows.values`, importable from here too.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
+
+from decoders.columns import statistics as decoder_statistics
+# the value helpers every reader of the schema uses, kept importable from here (columns.num, columns.format_value)
+from harness.rows.values import fmt_value, format_value, norm, num  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,17 @@ class Column:
         stage: who fills it (see the module docstring).
         meaning: one sentence, with the unit where there is one.
         summary_md: printed in ``summary.md`` (summary columns; the CSV has them all).
+        display: its header in the report's tables (``""``: the name).
+        fmt: the format spec of its value in the report's tables (``".2f"``, ``".0%"``).
+        scale: the factor its value is shown multiplied by (seconds shown as milliseconds: 1000).
+        interval: shown with its ``[low, high]`` interval (``<name>_low`` / ``<name>_high``).
+        report: its place in the report's main table: ``"main"`` (always shown), ``"prefill"`` (shown when the
+            rows record the runner's stopwatch), ``"recorded"`` (shown then where a row has a value) or ``""``
+            (not shown); columns appear in declaration order.
+        page: kept in the LaTeX main table (False: main.md and main.csv only, so the table fits a page).
+        compare: one of the figures ``--compare`` sets side by side (:mod:`harness.report.compare`: each run's
+            value, the ratio B / A and its interval, headed by the display name), in declaration order; the
+            comparison computes it from each side's rows on the samples both cover.
     """
 
     name: str
@@ -40,6 +60,26 @@ class Column:
     stage: str
     meaning: str
     summary_md: bool = False
+    display: str = ""
+    fmt: str = ".2f"
+    scale: float = 1.0
+    interval: bool = False
+    report: str = ""
+    page: bool = True
+    compare: bool = False
+
+    @property
+    def header(self) -> str:
+        """Its header in the report's tables: the display name, ``[95% CI]`` after one shown with its
+        interval."""
+        return (self.display or self.name) + (" [95% CI]" if self.interval else "")
+
+    def cell(self, value: Any) -> str:
+        """``value`` as a cell of the report's tables (:func:`format_value` with :attr:`fmt`, times
+        :attr:`scale`; ``-`` when missing)."""
+        if self.scale != 1.0 and value is not None and not pd.isna(value):
+            value = value * self.scale
+        return format_value(value, self.fmt, missing="-")
 
 
 def _cols(stage: str, *specs: tuple[str, str, str]) -> tuple[Column, ...]:
@@ -121,32 +161,9 @@ ROW_COLUMNS: tuple[Column, ...] = (
         ("accepted_per_step", "list", "accepted draft tokens per decode step"),
         ("drafted_per_step", "list", "drafted tokens per decode step"),
     ),
-    # a decoder's own statistics (DecodeResult.extra); its hyper-parameters are columns too, not listed here
-    *_cols(
-        "decoder",
-        ("pool_hit_rate", "float", "lookahead: share of steps whose guesses came from the n-gram pool"),
-        ("guess_tokens_fed", "int", "lookahead: n-gram guess tokens fed for verification"),
-        ("pool_entries", "int", "lookahead, Ouroboros: n-grams in the pool at the end of the sample"),
-        ("lookup_hit_rate", "float", "prompt lookup: share of steps that found a match in the context"),
-        ("tree_depth_per_step", "float", "OPT-Tree: mean depth of the verified tree"),
-        ("tree_nodes_per_step", "float", "OPT-Tree: mean nodes of the verified tree"),
-        ("cost_points", "str", "OPT-Tree cost-aware: the measured forward costs, k:target_ms/draft_ms"),
-        ("copy_step_rate", "float", "OPT-Tree hybrid: share of steps that used a context copy"),
-        ("draft_forwards_per_target_forward", "float", "Ouroboros: draft forwards per decode step"),
-        ("draft_tokens_per_draft_forward", "float", "Ouroboros: draft tokens per lookahead forward"),
-        ("draft_tokens_fed_per_forward", "float", "Ouroboros: tokens fed per draft lookahead forward"),
-        ("target_tokens_fed_per_forward", "float", "Ouroboros: tokens fed per target forward"),
-        ("draft_pool_hit_rate", "float", "Ouroboros: share of draft forwards whose guesses hit the pool"),
-        ("suffix_offer_rate", "float", "Ouroboros: share of steps that offered a pool suffix"),
-        ("suffix_hit_rate", "float", "Ouroboros: share of offered suffixes with an accepted token"),
-        ("suffix_tokens_fed", "int", "Ouroboros: suffix tokens fed for verification"),
-        ("suffix_tokens_accepted", "int", "Ouroboros: suffix tokens accepted"),
-        ("free_steps", "int", "Ouroboros free drafts: steps drafted by copying, no draft forward"),
-        ("free_tokens_drafted", "int", "Ouroboros free drafts: tokens copied"),
-        ("free_tokens_accepted", "int", "Ouroboros free drafts: copied tokens accepted"),
-        ("branch_tokens_fed", "int", "Ouroboros branches: runner-up tokens fed"),
-        ("branch_tokens_accepted", "int", "Ouroboros branches: runner-up tokens accepted"),
-    ),
+    # a decoder's own statistics (DecodeResult.extra), declared next to the decoders; its hyper-parameters are
+    # columns too, not listed here
+    *(Column(s.name, s.type, "decoder", s.meaning) for s in decoder_statistics()),
     *_cols(
         "stopwatch",
         ("ttft_s", "float", "seconds to the first new token, as a user sees it"),
@@ -184,7 +201,8 @@ def code_isolation_text(value: str | None) -> str:
 
 
 SUMMARY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
-    Column(name, type_, "summary", meaning, md) for name, type_, meaning, md in (
+    Column(name, type_, "summary", meaning, md, **(shown[0] if shown else {}))
+    for name, type_, meaning, md, *shown in (
         ("group_samples", "int", "distinct samples of the group (any decoder, any status)", False),
         ("samples", "int", "distinct samples measured (ok rows)", True),
         ("paired_samples", "int", "samples every figure of the row is computed over (paired with vanilla)", True),
@@ -198,39 +216,47 @@ SUMMARY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
         ("repeats", "int", "distinct repeats", True),
         ("seeds", "int", "distinct sampling seeds (0 when greedy)", True),
         ("replicates", "int", "measurements per sample (the fewest over samples)", False),
-        ("tokens_per_s", "float", "mean tokens/s over rows", True),
+        ("tokens_per_s", "float", "mean tokens/s over rows", True,
+         dict(display="tok/s", report="main", page=False, compare=True)),
         ("tokens_per_s_low", "float", "its interval's lower bound", False),
         ("tokens_per_s_high", "float", "its interval's upper bound", False),
         ("tokens_per_s_total", "float", "total new tokens / total seconds", False),
         ("speedup", "float", "mean over samples of tokens/s(decoder) / tokens/s(vanilla), paired in one run",
-         True),
+         True, dict(interval=True, report="main", compare=True)),
         ("speedup_low", "float", "its interval's lower bound", False),
         ("speedup_high", "float", "its interval's upper bound", False),
         ("speedup_total", "float", "ratio of totals: vanilla s/token / decoder s/token over the same rows", True),
         ("speedup_total_low", "float", "its interval's lower bound", False),
         ("speedup_total_high", "float", "its interval's upper bound", False),
         ("decode_tokens_per_s", "float", "mean decode-only tokens/s (after both prefills)", False),
-        ("decode_speedup", "float", "the paired mean of decode-only tokens/s ratios", True),
+        ("decode_speedup", "float", "the paired mean of decode-only tokens/s ratios", True,
+         dict(display="decode speedup", interval=True, report="prefill", page=False)),
         ("decode_speedup_low", "float", "its interval's lower bound", False),
         ("decode_speedup_high", "float", "its interval's upper bound", False),
-        ("ttft_s", "float", "mean seconds to the first new token", True),
+        ("ttft_s", "float", "mean seconds to the first new token", True,
+         dict(display="TTFT ms", fmt=".1f", scale=1000.0, report="recorded", page=False)),
         ("ttft_s_p50", "float", "median ttft_s over rows", False),
         ("ttft_s_p90", "float", "90th percentile of ttft_s over rows", False),
         ("ttft_s_p99", "float", "99th percentile of ttft_s over rows", False),
-        ("tpot_s", "float", "mean seconds per output token after the first", True),
+        ("tpot_s", "float", "mean seconds per output token after the first", True,
+         dict(display="TPOT ms", fmt=".1f", scale=1000.0, report="recorded", page=False)),
         ("tpot_s_p50", "float", "median tpot_s over rows", False),
         ("tpot_s_p90", "float", "90th percentile of tpot_s over rows", False),
         ("tpot_s_p99", "float", "99th percentile of tpot_s over rows", False),
-        ("prefill_share", "float", "mean prefill_s / wall_time_s (both prefills)", True),
+        ("prefill_share", "float", "mean prefill_s / wall_time_s (both prefills)", True,
+         dict(display="prefill", fmt=".0%", report="prefill", page=False)),
         ("peak_memory_mb", "float", "largest peak_memory_mb of the rows (MiB)", False),
-        ("accept_length", "float", "new tokens / target forwards (prefill included; vanilla = 1)", True),
+        ("accept_length", "float", "new tokens / target forwards (prefill included; vanilla = 1)", True,
+         dict(display="τ", report="main", compare=True)),
         ("accept_length_low", "float", "its interval's lower bound", False),
         ("accept_length_high", "float", "its interval's upper bound", False),
-        ("acceptance_rate", "float", "accepted / drafted tokens", True),
+        ("acceptance_rate", "float", "accepted / drafted tokens", True,
+         dict(display="α", report="main")),
         ("target_tokens_fed_per_step", "float", "mean tokens fed to the target per decode step", True),
         ("draft_forwards_per_step", "float", "mean draft forwards per decode step", True),
         ("equality_check", "str", "exact, or n/a (sampled)", False),
-        ("equal_to_vanilla", "float", "share of greedy rows equal to vanilla", True),
+        ("equal_to_vanilla", "float", "share of greedy rows equal to vanilla", True,
+         dict(display="eq.", report="main")),
         ("paired_across_processes", "int", "rows paired with vanilla measured in another process", True),
         ("speedup_repeat_std", "float", "standard deviation of speedup over replicates", False),
         ("tokens_per_s_repeat_std", "float", "standard deviation of tokens/s over replicates", False),
@@ -240,8 +266,21 @@ SUMMARY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
         ("warnings", "str", "what a reader must know about this row's numbers", False),
     ))
 
-ROW = {c.name: c for c in ROW_COLUMNS}
-SUMMARY = {c.name: c for c in SUMMARY_COLUMNS_DECLARED}
+#: Figures of the report's aggregate that summary.csv leaves out (the theory table's: detail.csv and theory.csv).
+THEORY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
+    Column(name, type_, "summary", meaning, False, **shown) for name, type_, meaning, shown in (
+        ("gamma_used", "float", "configured draft length (else drafted tokens per step)", dict(display="γ")),
+        ("cost_ratio", "float", "draft / target forward cost c", dict(display="c", fmt=".3f")),
+        ("cost_ratio_source", "str", "where c came from (option, timers, wall-time fit)", dict(display="c from")),
+        ("theory_accept_length", "float", "Leviathan et al. 2023 eq. 1: (1 - alpha^(gamma+1)) / (1 - alpha)",
+         dict(display="E[τ] theory")),
+        ("theory_speedup", "float", "E[tau] / (gamma c + 1)", dict(display="speedup theory")),
+        ("efficiency", "float", "measured speedup / measured tau", dict(display="efficiency")),
+    ))
+
+ROW: dict[str, Column] = {}
+SUMMARY: dict[str, Column] = {}
+THEORY = {c.name: c for c in THEORY_COLUMNS_DECLARED}
 
 
 @dataclass(frozen=True)
@@ -265,21 +304,17 @@ class Bound:
 
 _COUNT, _POSITIVE, _SHARE = Bound(0), Bound(0, open_low=True), Bound(0, 1)
 #: The range of each bounded numeric row column (a column not named here is checked for its type and, when a
-#: number, for being finite). Times, rates, counts and loads cannot be negative; shares lie in [0, 1].
+#: number, for being finite). Times, rates, counts and loads cannot be negative; shares lie in [0, 1]. A decoder's
+#: statistics bring their bound with their declaration (:mod:`decoders.columns`).
 ROW_BOUNDS: dict[str, Bound] = {
     **dict.fromkeys(("sample_index", "turn", "repeat", "order_position", "prompt_tokens", "top_k", "temperature",
                      "first_divergence", "load_1m_before", "load_1m_after", "tokens_per_s", "new_tokens",
                      "num_steps", "accept_length", "num_drafted", "num_accepted", "draft_forwards",
-                     "draft_forwards_per_step", "target_tokens_fed_per_step", "guess_tokens_fed", "pool_entries",
-                     "tree_depth_per_step", "tree_nodes_per_step", "draft_forwards_per_target_forward",
-                     "draft_tokens_per_draft_forward", "draft_tokens_fed_per_forward",
-                     "target_tokens_fed_per_forward", "suffix_tokens_fed", "suffix_tokens_accepted", "free_steps",
-                     "free_tokens_drafted", "free_tokens_accepted", "branch_tokens_fed", "branch_tokens_accepted",
-                     "ttft_s", "tpot_s", "draft_prefill_s", "prefill_s", "first_tokens", "decode_tokens_per_s",
-                     "draft_time_s", "verify_time_s", "peak_memory_mb", "cpu_time_s", "run_delay_s"), _COUNT),
+                     "draft_forwards_per_step", "target_tokens_fed_per_step", "ttft_s", "tpot_s", "draft_prefill_s",
+                     "prefill_s", "first_tokens", "decode_tokens_per_s", "draft_time_s", "verify_time_s", "peak_memory_mb", "cpu_time_s", "run_delay_s"), _COUNT),
     **dict.fromkeys(("wall_time_s", "max_new_tokens", "cpu_count", "cpu_affinity"), _POSITIVE),
-    **dict.fromkeys(("acceptance_rate", "pool_hit_rate", "lookup_hit_rate", "copy_step_rate", "draft_pool_hit_rate",
-                     "suffix_offer_rate", "suffix_hit_rate"), _SHARE),
+    "acceptance_rate": _SHARE,
+    **{s.name: {"count": _COUNT, "share": _SHARE}[s.bound] for s in decoder_statistics() if s.bound},
     "top_p": Bound(0, 1, open_low=True),
 }
 #: Keys every row carries, whatever its status (the cell it belongs to).
@@ -301,8 +336,8 @@ SUMMARY_ID_COLUMNS = ["task", "task_version", "model", "target_model", "draft_mo
                       "git_commit", "max_new_tokens", *SAMPLING, "run_identity", "group", "label", "decoder",
                       "decoder_params", "settings", "draft_shape"]
 #: The numbers of a summary row (summary.csv), in order; ``summary.md`` prints those marked ``summary_md``.
-SUMMARY_COLUMNS = [c.name for c in SUMMARY_COLUMNS_DECLARED]
-SUMMARY_MD_COLUMNS = ["group", "label", *[c.name for c in SUMMARY_COLUMNS_DECLARED if c.summary_md]]
+SUMMARY_COLUMNS: list[str] = []
+SUMMARY_MD_COLUMNS: list[str] = []
 #: Columns every ok row carries (the runner writes them all); only tokens_per_s may be null.
 REQUIRED_OK_COLUMNS = ("decoder", "sample_id", "new_tokens", "num_steps", "wall_time_s", "tokens_per_s")
 NULLABLE_OK_COLUMNS = ("tokens_per_s",)
@@ -321,46 +356,47 @@ EQUALITY_EXACT = "exact"
 LATENCY_PERCENTILES = (50, 90, 99)
 
 
+def gather() -> None:
+    """Fill the lookups from the declarations, in place (a module that imported one sees the change):
+    :data:`ROW`, :data:`SUMMARY`, :data:`SUMMARY_COLUMNS`, :data:`SUMMARY_MD_COLUMNS`. Run at import, and again
+    after the declarations change (a test declaring an example column)."""
+    ROW.clear()
+    ROW.update({c.name: c for c in ROW_COLUMNS})
+    SUMMARY.clear()
+    SUMMARY.update({c.name: c for c in SUMMARY_COLUMNS_DECLARED})
+    SUMMARY_COLUMNS[:] = [c.name for c in SUMMARY_COLUMNS_DECLARED]
+    SUMMARY_MD_COLUMNS[:] = ["group", "label", *[c.name for c in SUMMARY_COLUMNS_DECLARED if c.summary_md]]
+
+
+gather()
+
+
+def shown(name: str) -> Column:
+    """The declaration of a figure the report's tables show (a summary or theory column), for its header and
+    format.
+
+    Raises:
+        KeyError: ``name`` is declared in neither.
+    """
+    return SUMMARY[name] if name in SUMMARY else THEORY[name]
+
+
+def main_table_columns(*places: str) -> list[Column]:
+    """The summary columns of the report's main table at ``places`` (``"main"``, ``"prefill"``, ``"recorded"``:
+    see :class:`Column`), in declaration order."""
+    return [c for c in SUMMARY_COLUMNS_DECLARED if c.report in places]
+
+
+def compared_columns() -> list[Column]:
+    """The summary columns ``--compare`` sets side by side (declared ``compare=True``), in declaration order."""
+    return [c for c in SUMMARY_COLUMNS_DECLARED if c.compare]
+
+
 def legend(names: list[str] | tuple[str, ...]) -> str:
     """``name = meaning`` for each declared summary column of ``names`` (interval bounds left out), joined
     with ``; ``: the legend under a summary table."""
     return "; ".join(f"{n} = {SUMMARY[n].meaning}" for n in names
                      if n in SUMMARY and not n.endswith(("_low", "_high")))
-
-
-# ------------------------------------------------------------------------------------------------ values
-def num(s: Any) -> pd.Series:
-    """``s`` as floats (non-numbers -> NaN)."""
-    return pd.to_numeric(s, errors="coerce")
-
-
-def norm(value: Any) -> Any:
-    """Canonical form of a cell value for keys: NaN/None -> None, integral floats -> int, numpy scalars ->
-    Python, lists -> tuples."""
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return tuple(norm(v) for v in value)
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if value.is_integer():
-            return int(value)
-    return value
-
-
-def fmt_value(value: Any) -> str:
-    """A parameter value as a person writes it: ``3`` not ``3.0``, ``None`` as ``null``."""
-    v = norm(value)
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        return format(v, "g")
-    return str(v)
 
 
 # ------------------------------------------------------------------------------------------------ validation

@@ -15,7 +15,7 @@ import pandas as pd
 from harness.rows.columns import (CORE_COLUMNS, EQUALITY_EXACT, LEGACY_LOAD_COLUMNS, LOAD_COLUMNS, PAIR_KEYS, fmt_value,
                              num)
 from harness.rows.grouping import ok_rows
-from harness.rows.results import emulated_half_note
+from harness.rows.machine import emulated_half_note
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def load_warning(group: str, rows: pd.DataFrame, margin: float) -> str | None:
 
 def emulated_half_warning(group: str, rows: pd.DataFrame) -> str | None:
     """One warning for a group measured in a half-precision dtype its CPU lacks instructions for (rows whose
-    ``native_half_precision`` is False, as the runner records it; :func:`harness.rows.results.emulated_half_note`),
+    ``native_half_precision`` is False, as the runner records it; :func:`harness.rows.machine.emulated_half_note`),
     else None. Older rows without the column get no warning."""
     if "native_half_precision" not in rows:
         return None

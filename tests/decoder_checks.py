@@ -1,0 +1,88 @@
+"""Checks several decoder test modules run the same way: the ``generate`` argument refusals, decoding near the end
+of a short context window, and the shared set-up of the sampling tests (one torch thread, runs per decoder)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import pytest
+import torch
+
+from decoders.vanilla import VanillaDecoder
+from harness.job.models import build_tiny_random
+
+
+def assert_refuses_bad_generate_calls(decoder: Any, prompt: torch.Tensor) -> None:
+    """``decoder.generate`` raises ``ValueError`` for ``max_new_tokens=0`` and for a batch of 2 (``prompt``:
+    ``(1, prompt_len)`` token ids)."""
+    with pytest.raises(ValueError):
+        decoder.generate(prompt, 0)
+    with pytest.raises(ValueError):
+        decoder.generate(torch.cat([prompt, prompt]), 4)
+
+
+def assert_positions_stay_below_max_position_embeddings(tokenizer: Any, prompt: torch.Tensor,
+                                                        make_decoder: Callable[[Any], Any]) -> None:
+    """A 1-layer model with ``max_position_embeddings=64`` decodes ``prompt`` (``(1, prompt_len)`` ids) to the
+    end of its window: the decoder ``make_decoder(model)`` gives vanilla's tokens and feeds no position beyond
+    63 (its window and drafts are cut, not overflowed)."""
+    max_pos = 64
+    config = dict(model_type="qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_pos)
+    model = build_tiny_random(config, seed=3, vocab_size=len(tokenizer))
+    seen: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(int(kwargs["position_ids"].max())), with_kwargs=True
+    )
+    try:
+        max_new = max_pos - prompt.shape[1]  # vanilla's last fed token sits at max_pos - 2
+        ref = VanillaDecoder(model).generate(prompt, max_new).token_ids
+        seen.clear()
+        res = make_decoder(model).generate(prompt, max_new)
+    finally:
+        hook.remove()
+    assert res.token_ids == ref
+    assert max(seen) <= max_pos - 1
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for the module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``): forwards
+    of a 16-wide model are fastest on one thread (no OpenMP hand-offs on a busy 2-core CI box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def runs_for(name: str, default: int, wrong_cases: Sequence[tuple[str, str, int]]) -> int:
+    """Runs of the correct decoder configuration ``name``: as many as any wrong rule of it gets in
+    ``wrong_cases`` (``(configuration, wrong rule, runs)``), at least ``default``, so the test that rejects the
+    wrong rule is the one the decoder passes."""
+    return max([default] + [runs for case, _, runs in wrong_cases if case == name])
+
+
+def memoised_vanilla(target: Any, prompt_ids: Sequence[torch.Tensor], max_new_default: int) -> Callable[..., tuple]:
+    """The vanilla reference of a test module's ``vanilla`` fixture: ``run(i or input_ids, max_new_tokens=
+    max_new_default, eos_ids=frozenset(), model=target) -> token ids``, each distinct call decoded once."""
+    memo: dict = {}
+
+    def run(i: int | torch.Tensor, max_new: int = max_new_default, eos: frozenset = frozenset(),
+            model: Any = None) -> tuple[int, ...]:
+        model = target if model is None else model
+        ids = prompt_ids[i] if isinstance(i, int) else i
+        key = (tuple(ids[0].tolist()), max_new, eos, id(model))
+        if key not in memo:
+            memo[key] = VanillaDecoder(model, eos_token_ids=eos).generate(ids, max_new).token_ids
+        return memo[key]
+
+    return run
+
+
+def assert_refuses_arguments_it_does_not_take(make: Callable[..., Any], misspelt: str) -> None:
+    """No ``**kwargs``: ``make(draft_model=None)`` (a decoder without a draft model) and ``make(<misspelt>=3)``
+    raise ``TypeError`` naming the argument (``make``: the decoder class with its models bound)."""
+    with pytest.raises(TypeError, match="draft_model"):
+        make(draft_model=None)
+    with pytest.raises(TypeError, match=misspelt):
+        make(**{misspelt: 3})
