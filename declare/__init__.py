@@ -189,24 +189,31 @@ def rows(cls: type, values: Mapping[str, Any] | None = None) -> list[tuple[str, 
     for f in dataclasses.fields(cls):
         if "help" not in f.metadata:  # plumbing of a schema (_target_, name, uses_draft), not a declared setting
             continue
-        shown = show(f.default)
+        shown = show(f.default, cut=True)
         given = values.get(f.name, f.default) if values is not None else f.default
         if isinstance(given, str) and "${" in given:  # an OmegaConf interpolation: resolved per run
             shown = "interpolated"
         elif given != f.default:
-            shown = f"{show(given)} (default {shown})"
+            shown = f"{show(given, cut=True)} (default {shown})"
         out.append((f.name, shown, rule_text(cls, f.name), f.metadata.get("help", "")))
     return out
 
 
-def show(value: Any) -> str:
-    """A value as YAML writes it: ``null``, ``true``, ``'text'``, ``4``."""
+#: Strings longer than this are cut (``'abc...'``) where a listing shows them (:func:`show` ``cut=True``).
+SHOWN_STRING_CHARS = 40
+
+
+def show(value: Any, *, cut: bool = False) -> str:
+    """A value as YAML writes it: ``null``, ``true``, ``'text'``, ``4``; ``cut``: a string of
+    :data:`SHOWN_STRING_CHARS` characters or more is cut to fit (listings; error messages show it whole)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, str):
-        return repr(value) if len(value) < 40 else repr(value[:37] + "...")
+        if cut and len(value) >= SHOWN_STRING_CHARS:
+            return repr(value[:SHOWN_STRING_CHARS - 3] + "...")
+        return repr(value)
     return str(value)
 
 

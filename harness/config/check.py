@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config.errors import (ConfigError, field_names, list_of_group_line, omegaconf_line, show,
+from declare import show
+from harness.config.errors import (ConfigError, field_names, list_of_group_line, omegaconf_line,
                                    unknown_key_line)
 from harness.config.rules import (check_bounds, check_device, check_model_source, check_path, decoder_rules,
                                   draft_rule, is_bool, runner_rules)

@@ -23,8 +23,9 @@ from typing import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from declare import show
 from harness.config.check import override_problems, validate
-from harness.config.errors import (SINGLE_GROUPS, ConfigError, field_names, list_of_group_line, show,
+from harness.config.errors import (SINGLE_GROUPS, ConfigError, field_names, list_of_group_line,
                                    unknown_key_line)
 from harness.config.schemas import BY_CLASS_NAME, ROOT_KEYS
 from harness.config.tuned import (_WARNED, CONF_DIR, TUNED_GROUP, TUNED_ON_PREFIX, TUNED_OVERRIDE_MARK, available,

@@ -1,30 +1,20 @@
-"""How a config problem is said: :class:`ConfigError`, and the one-line forms every check shares (a value as YAML
-writes it, an unknown key with the keys its node takes, an OmegaConf type error, a list given to a group that takes
-one name). Torch-free; used by :mod:`harness.config.check`, :mod:`harness.config.compose` and the precheck.
+"""How a config problem is said: :class:`ConfigError`, and the one-line forms every check shares (an unknown key
+with the keys its node takes, an OmegaConf type error, a list given to a group that takes one name); a value is
+shown as YAML writes it by :func:`declare.show`. Torch-free; used by :mod:`harness.config.check`,
+:mod:`harness.config.compose` and the precheck.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 from omegaconf.errors import OmegaConfBaseException
 
 
 class ConfigError(ValueError):
     """The composed configuration cannot run; each line of the message names a key and what to change."""
-
-
-def show(value: Any) -> str:
-    """A value as a message shows it, as YAML writes it: ``null``, ``true``, ``'text'``, ``4``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return repr(value)
-    return str(value)
 
 
 def field_names(schema: type) -> list[str]:

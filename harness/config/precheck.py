@@ -101,7 +101,7 @@ def settings_table(group: str, name: str) -> str:
         out.append("  (no settings of its own)")
     main_job = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml")).get(group)
     if isinstance(main_job, dict) and main_job:  # the main job's own values beat the file's (e.g. task.limit)
-        given = ", ".join(f"{k}={declare.show(v)}" for k, v in main_job.items())
+        given = ", ".join(f"{k}={declare.show(v, cut=True)}" for k, v in main_job.items())
         out.append(f"  The main job (conf/config.yaml) sets {given}; an experiment or the command line may set others.")
     return "\n".join(out)
 

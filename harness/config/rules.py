@@ -18,8 +18,7 @@ from typing import Any, Mapping
 from omegaconf import OmegaConf
 
 from decoders.settings import PromptLookupSettings
-from declare import must_be, out_of_bounds
-from harness.config.errors import show
+from declare import must_be, out_of_bounds, show
 from harness.config.schemas import SOURCE_FIELDS
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")

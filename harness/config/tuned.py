@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from harness.config.errors import show
+from declare import show
 from harness.config.schemas import DECODER_SCHEMAS
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
