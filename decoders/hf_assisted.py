@@ -29,7 +29,7 @@ from decoders.common.checks import check_input_ids
 from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.types import DecodeResult, FirstTokenStreamer, StepRecord, Stopwatch
-from decoders.settings import HFAssistedSettings as S
+from decoders.settings import HFAssistedSettings
 from declare import check_args
 
 
@@ -183,16 +183,16 @@ class HFAssistedDecoder(_TransformersGenerate):
         self,
         target_model: PreTrainedModel,
         draft_model: PreTrainedModel | None,
-        gamma: int | None = S.gamma,
-        num_assistant_tokens_schedule: str | None = S.num_assistant_tokens_schedule,
-        assistant_confidence_threshold: float | str | None = S.assistant_confidence_threshold,
+        gamma: int | None = HFAssistedSettings.gamma,
+        num_assistant_tokens_schedule: str | None = HFAssistedSettings.num_assistant_tokens_schedule,
+        assistant_confidence_threshold: float | str | None = HFAssistedSettings.assistant_confidence_threshold,
         eos_token_ids: Iterable[int] = (),
         tokenizer: Any = None,
         sampling: SamplingConfig = GREEDY,
     ):
         if draft_model is None:
             raise ValueError("hf_assisted needs a draft model: choose a model pair with a draft")
-        check_args(S, dict(gamma=gamma, num_assistant_tokens_schedule=num_assistant_tokens_schedule))
+        check_args(HFAssistedSettings, dict(gamma=gamma, num_assistant_tokens_schedule=num_assistant_tokens_schedule))
         super().__init__(target_model, eos_token_ids, sampling)
         self.draft_model = draft_model
         # transformers decides "same tokenizer" by config.vocab_size; padded sizes may differ although the

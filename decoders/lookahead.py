@@ -43,22 +43,20 @@ that Ouroboros' draft model runs on itself (:class:`~decoders.common.lookahead_s
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel
 
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
 from decoders.common.lookahead_step import LookaheadBranches, LookaheadPlan
 from decoders.common.ngram_pool import NGramPool, start_pool
-from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.types import StepRecord
-from decoders.settings import LookaheadSettings as S
+from decoders.settings import LookaheadSettings
 
 
-class LookaheadDecoder(DraftingDecoder):
+class LookaheadDecoder(DraftingDecoder, settings=LookaheadSettings, uses_draft=False):
     """Lookahead decoding on the target model alone: greedy, or lossless sampling (multi-candidate rule).
 
     Decoding runs in :func:`decoders.common.driver.decode` with a fresh :class:`_WindowAndPool` per sample.
@@ -101,19 +99,7 @@ class LookaheadDecoder(DraftingDecoder):
     draft_shape = "n-grams"
     supports_sampling = True
 
-    def __init__(
-        self,
-        target_model: PreTrainedModel,
-        window_size: int = S.window_size,
-        ngram_size: int = S.ngram_size,
-        guess_set_size: int = S.guess_set_size,
-        pool_scope: str = S.pool_scope,
-        seed: int = S.seed,
-        pool_from_prompt: bool = S.pool_from_prompt,
-        eos_token_ids: Iterable[int] = (),
-        sampling: SamplingConfig = GREEDY,
-    ):
-        self.take_settings(S, locals(), uses_draft=False)
+    def _build(self) -> None:
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
 
     def reset(self) -> None:

@@ -41,10 +41,9 @@ Beyond the paper (each off by default):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel
 
 from decoders.common.base import DraftingDecoder
 from decoders.common.cost import ForwardCost
@@ -52,17 +51,16 @@ from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import forward, max_depth_after, new_cache
 from decoders.common.kv_cache import keep_path
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
-from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import tree_attention
 from decoders.types import StepRecord
-from decoders.settings import OptTreeSettings as S
+from decoders.settings import OptTreeSettings
 
 #: Longest suffix n-gram the hybrid tree looks up in the context (prompt lookup's ``max_ngram_size``).
 COPY_NGRAM = 3
 
 
-class OptTreeDecoder(DraftingDecoder):
+class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True):
     """OPT-Tree speculative decoding with a draft model (greedy, or lossless sampling); optionally cost-aware
     and hybrid (see the module docstring).
 
@@ -96,23 +94,10 @@ class OptTreeDecoder(DraftingDecoder):
     draft_shape = "tree"
     supports_sampling = True
 
-    def __init__(
-        self,
-        target_model: PreTrainedModel,
-        draft_model: PreTrainedModel | None,
-        num_nodes: int = S.num_nodes,
-        threshold: float = S.threshold,
-        max_depth: int = S.max_depth,
-        cost_aware: bool = S.cost_aware,
-        copy_tokens: int = S.copy_tokens,
-        draft_on_copy: bool = S.draft_on_copy,
-        eos_token_ids: Iterable[int] = (),
-        sampling: SamplingConfig = GREEDY,
-    ):
-        self.take_settings(S, locals(), uses_draft=True)
-        self.threshold = float(threshold)
+    def _build(self) -> None:
+        self.threshold = float(self.threshold)
         # Measured here, at construction, so no timed cell pays for it.
-        self.cost = (ForwardCost.measure(target_model, draft_model, max_tokens=self.num_nodes + 1)
+        self.cost = (ForwardCost.measure(self.target_model, self.draft_model, max_tokens=self.num_nodes + 1)
                      if self.cost_aware else None)
 
     def proposer(self) -> "_TreeGrower":

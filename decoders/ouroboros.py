@@ -67,10 +67,9 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel
 
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
@@ -78,10 +77,9 @@ from decoders.common.forward import max_depth_after
 from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
 from decoders.common.lookahead_drafter import DraftProposal, LookaheadDrafter
 from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates, start_pool
-from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.common.stopping import truncate_at_stop
 from decoders.types import StepRecord
-from decoders.settings import OuroborosSettings as S
+from decoders.settings import OuroborosSettings
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +202,7 @@ class Proposal:
                                stats=stats))
 
 
-class OuroborosDecoder(DraftingDecoder):
+class OuroborosDecoder(DraftingDecoder, settings=OuroborosSettings, uses_draft=True):
     """Ouroboros decoding with a draft model that drafts phrase by phrase: greedy, or lossless sampling.
 
     Decoding runs in :func:`decoders.common.driver.decode` with a fresh :class:`_PhraseTree` per sample. The
@@ -265,35 +263,16 @@ class OuroborosDecoder(DraftingDecoder):
     draft_shape = "phrases"
     supports_sampling = True
 
-    def __init__(
-        self,
-        target_model: PreTrainedModel,
-        draft_model: PreTrainedModel | None,
-        gamma: int = S.gamma,
-        window_size: int = S.window_size,
-        ngram_size: int = S.ngram_size,
-        guess_set_size: int = S.guess_set_size,
-        topk: int = S.topk,
-        pool_scope: str = S.pool_scope,
-        seed: int = S.seed,
-        pool_from_prompt: bool = S.pool_from_prompt,
-        free_draft_min_match: int = S.free_draft_min_match,
-        draft_vocab_size: int = S.draft_vocab_size,
-        stop_confidence: float = S.stop_confidence,
-        branch_confidence: float = S.branch_confidence,
-        max_branches: int = S.max_branches,
-        eos_token_ids: Iterable[int] = (),
-        sampling: SamplingConfig = GREEDY,
-    ):
-        self.take_settings(S, locals(), uses_draft=True)
-        self.stop_confidence, self.branch_confidence = float(stop_confidence), float(branch_confidence)
+    def _build(self) -> None:
+        self.stop_confidence, self.branch_confidence = float(self.stop_confidence), float(self.branch_confidence)
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)
         # The draft proposes only ids the target can embed (:class:`~decoders.common.base.DraftVocab`),
         # target-made phrases enter the pool only if the draft can embed them, and a context holding an id the
         # draft cannot embed is not drafted from.
         self.draft_head = (
-            ReducedVocabHead(draft_model, merge_rank_ids(self.draft_vocab_size, self.vocab.draft, self.eos_token_ids))
-            if self.draft_vocab_size else FullHead(draft_model, self.vocab.draft)
+            ReducedVocabHead(self.draft_model,
+                             merge_rank_ids(self.draft_vocab_size, self.vocab.draft, self.eos_token_ids))
+            if self.draft_vocab_size else FullHead(self.draft_model, self.vocab.draft)
         )
         self.confidence = bool(self.stop_confidence or self.branch_confidence)
 

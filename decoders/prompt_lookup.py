@@ -20,22 +20,20 @@ from the KV cache.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
-from transformers import PreTrainedModel
 
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.stopping import truncate_at_stop
-from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.types import StepRecord
-from decoders.settings import PromptLookupSettings as S
+from decoders.settings import PromptLookupSettings
 
 
-class PromptLookupDecoder(DraftingDecoder):
+class PromptLookupDecoder(DraftingDecoder, settings=PromptLookupSettings, uses_draft=False):
     """Prompt lookup decoding (greedy, or lossless sampling with deterministic drafts).
 
     Cache invariant between steps: the KV cache holds every committed token except the last one, which is
@@ -62,18 +60,10 @@ class PromptLookupDecoder(DraftingDecoder):
     draft_shape = "copy"
     supports_sampling = True
 
-    def __init__(
-        self,
-        target_model: PreTrainedModel,
-        max_ngram_size: int = S.max_ngram_size,
-        num_draft_tokens: int = S.num_draft_tokens,
-        min_ngram_size: int = S.min_ngram_size,
-        eos_token_ids: Iterable[int] = (),
-        sampling: SamplingConfig = GREEDY,
-    ):
-        self.take_settings(S, locals(), uses_draft=False)
-        if min_ngram_size > max_ngram_size:
-            raise ValueError(f"min_ngram_size ({min_ngram_size}) must be <= max_ngram_size ({max_ngram_size})")
+    def _build(self) -> None:
+        if self.min_ngram_size > self.max_ngram_size:
+            raise ValueError(f"min_ngram_size ({self.min_ngram_size}) must be <= max_ngram_size "
+                             f"({self.max_ngram_size})")
 
     def proposer(self) -> "_ContextCopy":
         return _ContextCopy(self)

@@ -17,7 +17,7 @@ rejected tokens are rolled back from both KV caches.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 from transformers import PreTrainedModel
@@ -26,12 +26,12 @@ from decoders.common.base import DraftingDecoder, DraftVocab
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import crop
-from decoders.common.sampling import GREEDY, SamplingConfig, sample_token
-from decoders.settings import SpeculativeSettings as S
+from decoders.common.sampling import SamplingConfig, sample_token
+from decoders.settings import SpeculativeSettings
 from decoders.types import StepRecord
 
 
-class SpeculativeDecoder(DraftingDecoder):
+class SpeculativeDecoder(DraftingDecoder, settings=SpeculativeSettings, uses_draft=True):
     """Speculative decoding with a draft model (greedy, or lossless sampling by rejection sampling).
 
     Cache invariant between steps: both caches hold KV for every committed token except the last one
@@ -57,16 +57,6 @@ class SpeculativeDecoder(DraftingDecoder):
     name = "speculative"
     draft_shape = "chain"
     supports_sampling = True
-
-    def __init__(
-        self,
-        target_model: PreTrainedModel,
-        draft_model: PreTrainedModel | None,
-        gamma: int = S.gamma,
-        eos_token_ids: Iterable[int] = (),
-        sampling: SamplingConfig = GREEDY,
-    ):
-        self.take_settings(S, locals(), uses_draft=True)
 
     def proposer(self) -> "_DraftChain":
         return _DraftChain(self.draft_model, self.vocab, self.gamma, self.eos_token_ids, self.sampling)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import Any, ClassVar, Iterator, Optional, Sequence, TypeVar
 
-from declare import at_least, between, check_args, one_of, setting
+from declare import at_least, between, one_of, setting, signature, take
 from tasks.sandbox import MODES as ISOLATION_MODES
 from tasks.types import Sample
 
@@ -29,8 +29,8 @@ class DataNotFoundError(FileNotFoundError):
 @dataclass
 class TaskSettings:
     """The settings every task takes (declared once: :mod:`declare`). Each task adds its own in a subclass,
-    next to its code; its constructor takes these defaults and checks its arguments with
-    :meth:`Task.take_settings`; :mod:`harness.config.schemas` builds the Hydra schema on them."""
+    next to its code, named in its class line (``class MyTask(Task, settings=MyTaskSettings)``), which makes its
+    constructor (:meth:`Task.__init__`); :mod:`harness.config.schemas` builds the Hydra schema on them."""
 
     data_path: Optional[str] = setting(None, None, "the task's data file (null: data_dir / the default source)")
     limit: Optional[int] = setting(None, at_least(1), "problems run (null: all)")
@@ -209,17 +209,37 @@ class Task:
     prompt_style: str = "auto"
     origin: str | None = None
 
-    def take_settings(self, settings: type, arguments: Mapping[str, Any]) -> None:
-        """A constructor's first step: check its ``arguments`` (its ``locals()``) against the task's declared
-        ``settings`` (:func:`declare.check_args`, messages prefixed ``task.``) and keep the ones every task has:
-        ``limit``, ``offset``, ``max_new_tokens``, ``prompt_style``.
+    #: The declared settings (a dataclass of :func:`declare.setting` fields beside the task), from the class line.
+    settings: ClassVar[type | None] = None
+
+    def __init_subclass__(cls, settings: type | None = None, **kwargs: Any) -> None:
+        """``class MyTask(Task, settings=MyTaskSettings)``: its declared settings (inherited when not given); its
+        signature is made from them."""
+        super().__init_subclass__(**kwargs)
+        if settings is not None:
+            cls.settings = settings
+        if cls.settings is not None:
+            cls.__signature__ = signature(cls.settings)
+
+    def __init__(self, **settings: Any) -> None:
+        """Check and keep the declared settings (each as an attribute of the same name; a missing one takes its
+        declared default), then :meth:`_load`.
 
         Raises:
-            ValueError: an argument of the wrong type or out of its bound.
+            TypeError: a setting the task does not declare.
+            ValueError: a setting of the wrong type or out of its bound (messages name it ``task.<name>``), or
+                what :meth:`_load` raises.
+            DataNotFoundError: what :meth:`_load` raises when the data cannot be read.
         """
-        check_args(settings, arguments, prefix="task.")
-        for name in ("limit", "offset", "max_new_tokens", "prompt_style"):
-            setattr(self, name, arguments[name])
+        if self.settings is not None:
+            for key, value in take(self.settings, settings, type(self).__name__, prefix="task.").items():
+                setattr(self, key, value)
+        elif settings:
+            raise TypeError(f"{type(self).__name__} declares no settings; got {', '.join(settings)}")
+        self._load()
+
+    def _load(self) -> None:
+        """Read the data and derive what the task needs from its settings (its samples, scorer, shots)."""
 
     def samples(self, limit: int | None = None) -> Iterator[Sample]:
         """The selected samples, in the task's fixed order."""

@@ -63,8 +63,6 @@ class CNNDailyMailSettings(TaskSettings):
     chat_prompt: str = setting(CHAT_PROMPT, contains("{article}"), "user turn of instruct models")
 
 
-S = CNNDailyMailSettings
-
 #: Words after which a full stop does not end a sentence (titles, initials of common abbreviations).
 ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st mt gen gov sen rep lt col capt sgt cpl rev hon pres vs etc inc ltd co corp "
@@ -117,7 +115,7 @@ def rouge(prediction: str, reference: str, scorer: Any = None) -> dict[str, floa
     return {k: float(scores[k].fmeasure) for k in ROUGE_TYPES}
 
 
-class CNNDailyMail(Task):
+class CNNDailyMail(Task, settings=CNNDailyMailSettings):
     """The CNN/DailyMail summarization task (test split, zero-shot).
 
     Args:
@@ -142,22 +140,8 @@ class CNNDailyMail(Task):
     stop_sequences = STOP_SEQUENCES
     quality_columns = ROUGE_TYPES
 
-    def __init__(
-        self,
-        data_path: str | None = S.data_path,
-        data_dir: str | None = S.data_dir,
-        limit: int | None = S.limit,
-        offset: int = S.offset,
-        max_new_tokens: int = S.max_new_tokens,
-        prompt_style: str = S.prompt_style,
-        completion_prompt: str = S.completion_prompt,
-        chat_prompt: str = S.chat_prompt,
-        hub_id: str | None = S.hub_id,
-    ):
-        self.take_settings(S, locals())
-        self.completion_prompt = completion_prompt
-        self.chat_prompt = chat_prompt
-        rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
+    def _load(self) -> None:
+        rows, self.origin = load_records(replace(SOURCE, hub_id=self.hub_id), self.data_path, self.data_dir)
         require_fields(rows, ("article", "highlights"), self.origin)
         self._articles = select_slice(list(enumerate(rows)), self.offset, None, "articles")
         self._scorer: Any = None

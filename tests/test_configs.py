@@ -115,13 +115,21 @@ def test_decoder_schema_fields_equal_constructor_parameters(schema):
     cls = hydra.utils.get_class(schema._target_)
     params = _params(cls)
     assert not [p for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)], \
-        f"{cls.__name__} swallows arguments (**kwargs): a misspelt option would pass silently"
+        f"{cls.__name__} shows **kwargs: its signature must list its settings"
     fields = {f.name: f for f in dataclasses.fields(schema)}
     assert set(fields) - set(S.DECODER_META_KEYS) == set(params) - set(S.RUNNER_SUPPLIED), \
         f"{schema.__name__} and {cls.__name__}.__init__ differ: declare the setting in decoders/settings.py"
     for name in set(fields) - set(S.DECODER_META_KEYS):
         assert fields[name].default == params[name].default, (name, fields[name].default, params[name].default)
     assert fields["uses_draft"].default == ("draft_model" in params)
+
+
+@pytest.mark.parametrize("schema", list(S.SCHEMAS["decoder"].values()), ids=lambda s: s.__name__)
+def test_a_misspelt_decoder_setting_is_refused_not_swallowed(schema, target, noisy_draft, eos_ids):
+    """A decoder takes its settings as keyword arguments: one it does not declare is a TypeError naming it."""
+    supplied = {"target_model": target, "draft_model": noisy_draft, "eos_token_ids": eos_ids, "tokenizer": None}
+    with pytest.raises(TypeError, match="gama"):
+        build_decoder({"_target_": schema._target_, "_partial_": True, "gama": 1}, supplied)
 
 
 @pytest.mark.parametrize("schema", list(S.SCHEMAS["task"].values()), ids=lambda s: s.__name__)
@@ -251,6 +259,23 @@ def test_inline_experiment_decoder_is_checked_by_its_target():
         compose(["experiment=lookahead_grid", "+decoder.lookahead_w4n3g4.gama=1"])
     with pytest.raises(ConfigError, match=r"decoder\.lookahead_w5n4g5\.ngram_size=1: must be an integer >= 2"):
         compose(["experiment=lookahead_grid", "decoder.lookahead_w5n4g5.ngram_size=1"])
+
+
+@pytest.mark.parametrize("override,line", [
+    ("decoder.speculative._target_=decoders.vanilla.VanillaDecoder",
+     "decoder.speculative._target_='decoders.vanilla.VanillaDecoder': fixed by its config (must be "
+     "'decoders.speculative.SpeculativeDecoder')"),
+    ("task._target_=tasks.gsm8k.GSM8K", "task._target_='tasks.gsm8k.GSM8K': fixed by its config (must be "
+     "'tasks.humaneval.HumanEval')"),
+    ("task.name=gsm8k", "task.name='gsm8k': fixed by tasks.humaneval.HumanEval (must be 'humaneval')"),
+])
+def test_a_configs_class_and_task_name_are_fixed(override, line):
+    """Rows are labelled by the config's name: another class (or another task name) under it would be a wrong
+    label, so an override of ``_target_`` or ``task.name`` is one line, and the only one (not the other class's
+    complaints about the keys it does not take)."""
+    with pytest.raises(ConfigError) as err:
+        compose(["task=humaneval", "decoder=[vanilla,speculative]", override])
+    assert str(err.value).startswith(line) and "\n" not in str(err.value), str(err.value)
 
 
 def test_uses_draft_is_a_config_key_fixed_per_decoder(target, eos_ids):

@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 import decoders.settings as D
 from declare import at_least, between, check_args, one_of, rows, rule_text, setting
 from harness.config import schemas as S
-from harness.config import schemas as S
 from harness.config.compose import ConfigError, compose
 from harness.config.precheck import list_configs
 

@@ -74,7 +74,6 @@ def test_offset_selects_problems_from_20_on():
 
 
 def test_offset_and_stop_style_compose_from_the_config():
-    import hydra
     from hydra import compose, initialize_config_dir
 
     conf = Path(__file__).resolve().parents[1] / "conf"

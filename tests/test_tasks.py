@@ -582,7 +582,6 @@ def test_chat_style_without_template_says_what_to_change(mt_file, tokenizer):
     ("mbpp", MBPP, 512), ("gsm8k", GSM8K, 256), ("cnn_dm", CNNDailyMail, 128), ("mt_bench", MTBench, 1024),
     ("spec_bench", SpecBench, 1024)])
 def test_task_configs_compose_and_instantiate(name, cls, max_new_tokens):
-    import hydra
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base="1.3"):

@@ -10,9 +10,9 @@ from a context holding an id it cannot embed itself.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from inspect import Parameter
+from typing import Any, ClassVar, Iterable
 
 import torch
 from transformers import PreTrainedModel
@@ -22,7 +22,7 @@ from decoders.common.heads import pair_vocab
 from decoders.common.kv_cache import check_rollback
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.types import DecodeResult, Stopwatch
-from declare import check_args
+from declare import signature, take
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,31 @@ class DraftVocab:
 class DraftingDecoder:
     """Base of the decoders that run :func:`decoders.common.driver.decode` with a proposer.
 
-    Subclasses set ``name``, ``draft_shape``, ``supports_sampling``, call :meth:`take_settings` first in their
-    constructor (or :meth:`_setup` after their own argument checks) and implement :meth:`proposer`.
+    A subclass names its declared settings (a dataclass of :func:`declare.setting` fields in
+    ``decoders/settings.py``) and whether it needs the draft model in its class line
+    (``class SpeculativeDecoder(DraftingDecoder, settings=SpeculativeSettings, uses_draft=True)``), sets ``name``,
+    ``draft_shape`` and ``supports_sampling = True`` if it samples (losslessly: docs/sampling.md), implements
+    :meth:`proposer` and, where it derives state from its settings, :meth:`_build`. It writes no constructor: it takes
+    ``(target_model[, draft_model], *, eos_token_ids=(), sampling=GREEDY, **settings)`` and shows the declared
+    settings as its signature (:func:`declare.signature`), so a setting is declared once.
 
-    Attributes (set by :meth:`_setup`):
+    Attributes (set by the constructor):
         target_model: the model whose greedy output (or sampling distribution) is reproduced.
         draft_model: the draft model, or ``None`` for a decoder without one.
         eos_token_ids: ids that end generation.
         sampling: greedy or the run's sampling settings.
         vocab: the pair's :class:`DraftVocab` (``None`` without a draft model).
+        <setting>: each declared setting, as given (or its declared default).
     """
 
     name: str = ""
     draft_shape: str = ""
-    supports_sampling: bool = True
+    #: A decoder opts in to sampling (:func:`decoders.common.sampling.require_sampling_support`).
+    supports_sampling: bool = False
+    #: The declared settings (a dataclass of :func:`declare.setting` fields), from the class line.
+    settings: ClassVar[type | None] = None
+    #: Whether the decoder needs the pair's draft model (as its ``register_decoder`` line says), from the class line.
+    uses_draft: ClassVar[bool] = True
 
     target_model: PreTrainedModel
     draft_model: PreTrainedModel | None
@@ -73,40 +84,64 @@ class DraftingDecoder:
     sampling: SamplingConfig
     vocab: DraftVocab | None
 
-    def take_settings(self, settings: type, arguments: Mapping[str, Any], *, uses_draft: bool) -> None:
-        """A constructor's first step: check its ``arguments`` (its ``locals()``) against the decoder's declared
-        ``settings`` (:func:`declare.check_args`), keep each declared setting as an attribute of the same name
-        (as given: a constructor converts the ones it needs to), then :meth:`_setup` with the arguments
-        ``target_model``, ``draft_model`` (``None`` when the constructor has none), ``eos_token_ids`` and
-        ``sampling``.
+    def __init_subclass__(cls, settings: type | None = None, uses_draft: bool | None = None, **kwargs: Any) -> None:
+        """``class MyDecoder(DraftingDecoder, settings=MySettings, uses_draft=True)``: its settings and whether it
+        needs the draft model (inherited when not given); its signature is made from them."""
+        super().__init_subclass__(**kwargs)
+        if settings is not None:
+            cls.settings = settings
+        if uses_draft is not None:
+            cls.uses_draft = uses_draft
+        if cls.settings is not None:
+            models = ["target_model", "draft_model"] if cls.uses_draft else ["target_model"]
+            cls.__signature__ = signature(cls.settings, [
+                *(Parameter(m, Parameter.POSITIONAL_OR_KEYWORD, annotation="PreTrainedModel") for m in models),
+                Parameter("eos_token_ids", Parameter.KEYWORD_ONLY, default=(), annotation="Iterable[int]"),
+                Parameter("sampling", Parameter.KEYWORD_ONLY, default=GREEDY, annotation="SamplingConfig")])
+
+    def __init__(self, target_model: PreTrainedModel, *draft_model: PreTrainedModel | None,
+                 eos_token_ids: Iterable[int] = (), sampling: SamplingConfig = GREEDY, **settings: Any) -> None:
+        """Check and keep the settings (each as an attribute of the same name), store the models, EOS ids and
+        sampling settings, then :meth:`_build`.
+
+        Args:
+            target_model: the model whose greedy output (or sampling distribution) is reproduced.
+            draft_model: the draft model, positional or by keyword: required when ``uses_draft``, refused otherwise.
+            eos_token_ids: ids that end generation.
+            sampling: greedy (the default) or the run's sampling settings.
+            **settings: the declared settings (``settings``); a missing one takes its declared default.
 
         Raises:
-            ValueError: an argument of the wrong type or out of its bound, or what :meth:`_setup` raises.
+            TypeError: a setting the decoder does not declare, a draft model given to a decoder without one, or
+                none given to one with one.
+            ValueError: a setting of the wrong type or out of its bound; ``uses_draft`` and a ``None`` draft model;
+                a model whose KV cache cannot be rolled back (:func:`decoders.common.kv_cache.check_rollback`);
+                what :meth:`_build` raises.
         """
-        check_args(settings, arguments)
-        for f in dataclasses.fields(settings):
-            setattr(self, f.name, arguments[f.name])
-        self._setup(arguments["target_model"], arguments.get("draft_model"), arguments["eos_token_ids"],
-                    arguments["sampling"], uses_draft=uses_draft)
-
-    def _setup(self, target_model: PreTrainedModel, draft_model: PreTrainedModel | None,
-               eos_token_ids: Iterable[int], sampling: SamplingConfig = GREEDY, *, uses_draft: bool) -> None:
-        """Store the models, EOS ids and sampling settings; check both KV caches can be rolled back.
-
-        Raises:
-            ValueError: if ``uses_draft`` and ``draft_model`` is ``None``, or a model's KV cache cannot be rolled
-                back (:func:`decoders.common.kv_cache.check_rollback`).
-        """
-        if uses_draft and draft_model is None:
+        owner = type(self).__name__
+        if "draft_model" in settings:
+            draft_model = (*draft_model, settings.pop("draft_model"))
+        if not self.uses_draft and draft_model:
+            raise TypeError(f"{owner} got an unexpected argument draft_model: it uses no draft model")
+        if self.uses_draft and len(draft_model) != 1:
+            raise TypeError(f"{owner} takes the target and the draft model (got {1 + len(draft_model)} models)")
+        draft = draft_model[0] if self.uses_draft else None
+        for key, value in take(self.settings, settings, owner).items():
+            setattr(self, key, value)
+        if self.uses_draft and draft is None:
             raise ValueError(f"the {self.name} decoder needs a draft model: choose a model pair with a draft")
         self.target_model = target_model
-        self.draft_model = draft_model if uses_draft else None
+        self.draft_model = draft
         check_rollback(target_model, "target model", self.name)
-        if uses_draft:
-            check_rollback(draft_model, "draft model", self.name)
+        if self.uses_draft:
+            check_rollback(draft, "draft model", self.name)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.sampling = sampling
-        self.vocab = DraftVocab.of(target_model, draft_model) if uses_draft else None
+        self.vocab = DraftVocab.of(target_model, draft) if self.uses_draft else None
+        self._build()
+
+    def _build(self) -> None:
+        """What the decoder derives from its checked settings and models (a pool, a head, cross-field checks)."""
 
     def proposer(self) -> Proposer:
         """A fresh proposer for one prompt."""

@@ -153,6 +153,8 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
     else:
         plain = dict(cfg)
     plain.pop("hydra", None)
+    overridden = class_overrides(cfg) if isinstance(cfg, DictConfig) else {}
+    problems += overridden.values()
     for key in plain:
         if key not in ROOT_KEYS:
             problems.append(unknown_key_line("", str(key), None, valid=ROOT_KEYS))
@@ -161,17 +163,41 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
         problems += check_device(plain["device"])
     problems += check_path("data_dir", plain.get("data_dir"))
     for group, check in (("model", _model), ("task", _task), ("runner", _runner)):
+        if group in overridden:  # its one line says it all
+            continue
         typed = check(plain.get(group), problems)
         if typed is not None:
             out[group] = typed
     if plain.get("decoder") and isinstance(plain["decoder"], Mapping) and "_target_" not in plain["decoder"]:
-        out["decoder"] = _decoders(plain["decoder"], out.get("model"), problems)
+        out["decoder"] = _decoders({k: v for k, v in plain["decoder"].items() if f"decoder.{k}" not in overridden},
+                                   out.get("model"), problems)
     else:
         problems.append("no decoder selected: pass e.g. decoder=[vanilla,speculative]" if not plain.get("decoder")
                         else "`decoder` must be a list of decoder names, e.g. decoder=[vanilla,speculative]")
     if problems:
         raise ConfigError("\n".join(problems))
     return OmegaConf.create(out)
+
+
+def class_overrides(cfg: DictConfig) -> dict[str, str]:
+    """Node path -> one line, per task or decoder node that Hydra typed by a registered schema (its config's first
+    defaults entry) but whose ``_target_`` an override changed: a config's class is fixed, or rows labelled
+    ``speculative`` (or ``humaneval``) would come from another class. Inline decoders of experiment files (untyped)
+    keep theirs."""
+    nodes = [("task", cfg.get("task"))]
+    decoders = cfg.get("decoder")
+    if isinstance(decoders, DictConfig) and "_target_" not in decoders:
+        nodes += [(f"decoder.{name}", node) for name, node in decoders.items()]
+    problems = {}
+    for path, node in nodes:
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        fixed = getattr(schema, "_target_", None) if schema in (*TASK_SCHEMAS.values(), *DECODER_SCHEMAS.values()) \
+            else None
+        target = node.get("_target_") if fixed else None
+        if fixed and target != fixed:
+            problems[path] = (f"{path}._target_={show(target)}: fixed by its config (must be {show(fixed)}); remove "
+                              "the override and choose the config of the class you want (python run.py list)")
+    return problems
 
 
 def _model(node: Any, problems: list[str]) -> DictConfig | None:

@@ -193,7 +193,7 @@ def schema_of(entry: declare.Registered) -> type:
                ("uses_draft", bool, field(default=entry.uses_draft, metadata=FIXED))]
         base: type = DecoderConfig
     else:
-        own = [("_target_", str, field(default=entry.target)), ("name", str, field(default=entry.name))]
+        own = [("_target_", str, field(default=entry.target)), ("name", str, field(default=entry.name, metadata=FIXED))]
         base = TaskConfig
     schema = dataclasses.make_dataclass(name, own, bases=(entry.settings_class(), base))
     schema.__module__, schema.__qualname__ = __name__, name   # pickled by name (:func:`__getattr__`)
