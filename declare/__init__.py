@@ -188,6 +188,25 @@ def take(cls: type, given: Mapping[str, Any], owner: str, prefix: str = "") -> d
     return {f.name: given.get(f.name, f.default) for f in dataclasses.fields(cls)}
 
 
+def check_class_line(cls: type, base: str, settings: Any, unknown: Mapping[str, Any], takes: str,
+                     hook: str) -> None:
+    """Check the class line of a class whose constructor :func:`take` and :func:`signature` make from its declared
+    settings (``class HumanEval(Task, settings=HumanEvalSettings)``).
+
+    Raises:
+        TypeError: an ``unknown`` class keyword (``base`` ``takes`` others), ``settings`` that is not a settings
+            dataclass, or an ``__init__`` written by hand (derived state goes in ``hook``).
+    """
+    if unknown:
+        raise TypeError(f"class {cls.__name__}({base}, {next(iter(unknown))}=...): unknown class keyword; "
+                        f"{base} takes {takes}")
+    if settings is not None and not (isinstance(settings, type) and dataclasses.is_dataclass(settings)):
+        raise TypeError(f"class {cls.__name__}: settings={settings!r} must be a dataclass of declare.setting fields")
+    if "__init__" in cls.__dict__:
+        raise TypeError(f"class {cls.__name__} writes an __init__: {base} makes the constructor from the declared "
+                        f"settings; put what the class derives from them in {hook}()")
+
+
 def signature(cls: type, leading: typing.Sequence[inspect.Parameter] = ()) -> inspect.Signature:
     """The constructor signature of a class that takes ``cls``'s settings as keyword arguments (:func:`take`):
     ``leading`` (the arguments a caller supplies besides settings), then each declared setting, keyword-only, with

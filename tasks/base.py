@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Optional, Sequence, TypeVar
 
-from declare import at_least, between, one_of, setting, signature, take
+from declare import at_least, between, check_class_line, one_of, setting, signature, take
 from tasks.sandbox import MODES as ISOLATION_MODES
 from tasks.types import Sample
 
@@ -215,22 +215,26 @@ class Task:
     def __init_subclass__(cls, settings: type | None = None, **kwargs: Any) -> None:
         """``class MyTask(Task, settings=MyTaskSettings)``: its declared settings (inherited when not given); its
         signature is made from them."""
-        super().__init_subclass__(**kwargs)
+        check_class_line(cls, "Task", settings, kwargs, "settings=", "_load")
+        super().__init_subclass__()
         if settings is not None:
             cls.settings = settings
         if cls.settings is not None:
             cls.__signature__ = signature(cls.settings)
 
-    def __init__(self, **settings: Any) -> None:
+    def __init__(self, *positional: Any, **settings: Any) -> None:
         """Check and keep the declared settings (each as an attribute of the same name; a missing one takes its
         declared default), then :meth:`_load`.
 
         Raises:
-            TypeError: a setting the task does not declare.
+            TypeError: a setting the task does not declare, or one given positionally.
             ValueError: a setting of the wrong type or out of its bound (messages name it ``task.<name>``), or
                 what :meth:`_load` raises.
             DataNotFoundError: what :meth:`_load` raises when the data cannot be read.
         """
+        if positional:
+            raise TypeError(f"{type(self).__name__} takes its settings by keyword "
+                            f"({', '.join(signature(self.settings).parameters) if self.settings else 'it has none'})")
         if self.settings is not None:
             for key, value in take(self.settings, settings, type(self).__name__, prefix="task.").items():
                 setattr(self, key, value)

@@ -219,3 +219,32 @@ def test_an_overridden_tuned_setting_is_marked_in_the_name_and_warned_once(capsy
                    "tuned configuration"]
     notes = C.tuning_mismatches(OmegaConf.to_container(decoders), "float32", "none")
     assert any(n.startswith("decoder speculative_tuned: gamma=") for n in notes)
+
+
+def test_a_class_line_names_a_settings_dataclass_and_the_class_writes_no_constructor(target, noisy_draft):
+    """The constructor a DraftingDecoder or Task gets from its declared settings: misuse is one TypeError that says
+    what to write (keyword-only settings, a settings dataclass in the class line, no hand-written __init__)."""
+    from decoders.common.base import DraftingDecoder
+    from decoders.prompt_lookup import PromptLookupDecoder
+    from decoders.speculative import SpeculativeDecoder
+    from tasks.base import Task
+    from tasks.humaneval import HumanEval
+
+    with pytest.raises(TypeError, match=r"positionally, its settings by keyword \(gamma\)"):
+        SpeculativeDecoder(target, noisy_draft, 3)
+    with pytest.raises(TypeError, match="unexpected argument draft_model"):
+        PromptLookupDecoder(target, draft_model=noisy_draft)
+    with pytest.raises(TypeError, match="takes its settings by keyword"):
+        HumanEval("HumanEval.jsonl")
+    with pytest.raises(TypeError, match="unknown class keyword; DraftingDecoder takes settings= and uses_draft="):
+        type("Misspelt", (DraftingDecoder,), {}, setting=D.SpeculativeSettings)
+    with pytest.raises(TypeError, match="unknown class keyword; Task takes settings="):
+        type("MisspeltTask", (Task,), {}, setting=D.SpeculativeSettings)
+    with pytest.raises(TypeError, match="must be a dataclass of declare.setting fields"):
+        type("NotDeclared", (DraftingDecoder,), {}, settings=int)
+    with pytest.raises(TypeError, match=r"writes an __init__.*_build\(\)"):
+        type("OwnInit", (SpeculativeDecoder,), {"__init__": lambda self, target_model: None})
+    with pytest.raises(TypeError, match="names no settings in its class line"):
+        type("Bare", (DraftingDecoder,), {})(target, noisy_draft)
+    child = type("Child", (SpeculativeDecoder,), {})   # inherits settings, signature and checks
+    assert list(inspect.signature(child).parameters) == list(inspect.signature(SpeculativeDecoder).parameters)

@@ -10,7 +10,7 @@ from a context holding an id it cannot embed itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from inspect import Parameter
 from typing import Any, ClassVar, Iterable
 
@@ -22,7 +22,7 @@ from decoders.common.heads import pair_vocab
 from decoders.common.kv_cache import check_rollback
 from decoders.common.sampling import GREEDY, SamplingConfig
 from decoders.types import DecodeResult, Stopwatch
-from declare import signature, take
+from declare import check_class_line, signature, take
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,8 @@ class DraftingDecoder:
     def __init_subclass__(cls, settings: type | None = None, uses_draft: bool | None = None, **kwargs: Any) -> None:
         """``class MyDecoder(DraftingDecoder, settings=MySettings, uses_draft=True)``: its settings and whether it
         needs the draft model (inherited when not given); its signature is made from them."""
-        super().__init_subclass__(**kwargs)
+        check_class_line(cls, "DraftingDecoder", settings, kwargs, "settings= and uses_draft=", "_build")
+        super().__init_subclass__()
         if settings is not None:
             cls.settings = settings
         if uses_draft is not None:
@@ -106,26 +107,33 @@ class DraftingDecoder:
 
         Args:
             target_model: the model whose greedy output (or sampling distribution) is reproduced.
-            draft_model: the draft model, positional or by keyword: required when ``uses_draft``, refused otherwise.
+            draft_model: the draft model, positional or by keyword: required (not ``None``) when ``uses_draft``,
+                refused otherwise.
             eos_token_ids: ids that end generation.
             sampling: greedy (the default) or the run's sampling settings.
             **settings: the declared settings (``settings``); a missing one takes its declared default.
 
         Raises:
-            TypeError: a setting the decoder does not declare, a draft model given to a decoder without one, or
-                none given to one with one.
-            ValueError: a setting of the wrong type or out of its bound; ``uses_draft`` and a ``None`` draft model;
+            TypeError: a setting the decoder does not declare or given positionally, a draft model given to a
+                decoder without one, or a class that names no settings.
+            ValueError: a setting of the wrong type or out of its bound; ``uses_draft`` and no draft model;
                 a model whose KV cache cannot be rolled back (:func:`decoders.common.kv_cache.check_rollback`);
                 what :meth:`_build` raises.
         """
         owner = type(self).__name__
+        if self.settings is None:
+            raise TypeError(f"{owner} names no settings in its class line: class {owner}(DraftingDecoder, "
+                            "settings=<a declare.setting dataclass>, uses_draft=...)")
+        models = 2 if self.uses_draft else 1
+        if len(draft_model) > models - 1:
+            what = "the target and the draft model" if models == 2 else "the target model"
+            names = ", ".join(f.name for f in fields(self.settings))
+            raise TypeError(f"{owner} takes {what} positionally, its settings by keyword ({names})")
         if "draft_model" in settings:
+            if not self.uses_draft:
+                raise TypeError(f"{owner} got an unexpected argument draft_model: it uses no draft model")
             draft_model = (*draft_model, settings.pop("draft_model"))
-        if not self.uses_draft and draft_model:
-            raise TypeError(f"{owner} got an unexpected argument draft_model: it uses no draft model")
-        if self.uses_draft and len(draft_model) != 1:
-            raise TypeError(f"{owner} takes the target and the draft model (got {1 + len(draft_model)} models)")
-        draft = draft_model[0] if self.uses_draft else None
+        draft = draft_model[0] if self.uses_draft and draft_model else None
         for key, value in take(self.settings, settings, owner).items():
             setattr(self, key, value)
         if self.uses_draft and draft is None:
