@@ -334,6 +334,16 @@ def unregister(group: str, name: str) -> None:
             listener(entry, False)
 
 
+def declared_settings(group: str, target: str) -> tuple[list[str], dict[str, Any]]:
+    """The declared settings of the registered class ``target`` of ``group`` (its import path, or its class name
+    alone): their names in declaration order and their defaults; ``([], {})`` for a class not registered."""
+    for entry in REGISTRY.get(group, {}).values():
+        if target in (entry.target, entry.target.rsplit(".", 1)[-1]):
+            fields = dataclasses.fields(entry.settings_class())
+            return [f.name for f in fields], {f.name: f.default for f in fields}
+    return [], {}
+
+
 def on_register(listener: Any) -> None:
     """Call ``listener(entry, added)`` for every record registered so far (``added=True``) and for each later
     :func:`register` (True) or :func:`unregister` (False). A listener is added once; adding it again does nothing."""

@@ -119,7 +119,7 @@ def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_posi
         positions: :func:`harness.report.figdata.acceptance_per_position`.
     """
     if positions.empty:
-        log.info("acceptance_by_position skipped: no rows with per-step draft lists (accepted_per_step)")
+        log.info("acceptance_by_position skipped: no linear-draft rows with per-step draft lists (accepted_per_step)")
         return None
     style = style or Style.of(positions)
     panels = group_panels(positions)
@@ -144,8 +144,8 @@ def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_posi
             handles.setdefault(lab, h)
     legend_below(axes[-1, 0], ncol=1, handles=list(handles.values()), labels=list(handles))
     axes[-1, 0].set_xlabel("draft position", fontsize=FONT)
-    set_titles(fig, "Acceptance by draft position (solid: accepted / drafted; dashed: given the earlier ones "
-                 "accepted)", subtitle, COLUMN_WIDTH_IN)
+    set_titles(fig, "Acceptance by draft position, linear drafts (solid: accepted / drafted; dashed: given the "
+                 "earlier ones accepted)", subtitle, COLUMN_WIDTH_IN)
     return fig
 
 
@@ -284,7 +284,8 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
     series = []
     for key, s in (trees.groupby(["group", *options], sort=False, dropna=False)):
         key = key if isinstance(key, tuple) else (key,)
-        series.append((", ".join(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[1:])) or "opt_tree", str(key[0]), s))
+        shown = ", ".join(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[1:]))
+        series.append((f"opt_tree ({shown})" if shown else "opt_tree", str(key[0]), s))  # the family's colour
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
     _lines(axes, series, "num_nodes", "accept_length", list(dict.fromkeys(str(g) for g in trees["group"])))
     budgets = sorted(pd.to_numeric(trees["num_nodes"], errors="coerce").dropna().unique())

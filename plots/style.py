@@ -29,8 +29,9 @@ FONT, SMALL = 7, 6
 FAMILY_COLOURS = {"vanilla": "#7f7f7f", "hf_greedy": "#3f3f3f", "speculative": "#0072B2", "hf_assisted": "#56B4E9",
                   "prompt_lookup": "#009E73", "lookahead": "#E69F00", "ouroboros": "#D55E00",
                   "opt_tree": "#CC79A7"}
-#: Colours of decoders outside the families above, in order of appearance.
-OTHER_COLOURS = ("#F0E442", "#000000", "#8c564b", "#17becf", "#bcbd22", "#9467bd")
+#: Colours of decoders outside the families above, in order of appearance (Okabe-Ito's yellow last: it
+#: vanishes on white paper).
+OTHER_COLOURS = ("#000000", "#8c564b", "#17becf", "#9467bd", "#bcbd22", "#F0E442")
 
 
 def save(fig: Any, out_dir: str | Path, name: str) -> list[Path]:

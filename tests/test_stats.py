@@ -81,6 +81,9 @@ def test_decode_speedup_counts_both_prefills_on_the_prefill_side():
     rows = fixture_rows("p", tasks=["humaneval"], n=5, ttft_share=0.3)
     agg = _agg(rows)
     assert any("predate the timing of the draft's prefill" in w for w in agg.loc["speculative", "warnings"])
+    # a known bias is not printed as a number: the decode-only figures of those rows are blank
+    assert agg.loc[["speculative"], list(metrics.UNTIMED_PREFILL_BLANKS)].isna().all(axis=None)
+    assert agg.loc["vanilla", "decode_speedup"] == pytest.approx(1.0)
     for r in rows:
         r.update(draft_prefill_s=0.1 * r["wall_time_s"] if r["decoder"] != "vanilla" else None,
                  prefill_s=r["ttft_s"] + (0.1 * r["wall_time_s"] if r["decoder"] != "vanilla" else 0.0),
@@ -90,7 +93,9 @@ def test_decode_speedup_counts_both_prefills_on_the_prefill_side():
     spec = agg.loc["speculative"]
     tpots = [r["tpot_s"] for r in rows if r["decoder"] == "speculative"]
     assert spec["tpot_s"] == pytest.approx(sum(tpots) / 5)
-    assert spec["tpot_s_p50"] == pytest.approx(sorted(tpots)[2]) and spec["tpot_s_p99"] <= max(tpots)
+    assert spec["tpot_s_p50"] == pytest.approx(sorted(tpots)[2]) and spec["decode_speedup"] > 0
+    # over 5 rows a p90 or p99 would only be the largest value: not reported (10 and 100 rows needed)
+    assert math.isnan(spec["tpot_s_p90"]) and math.isnan(spec["tpot_s_p99"])
     assert spec["peak_memory_mb"] == 100.0
     shares = [r["prefill_s"] / r["wall_time_s"] for r in rows if r["decoder"] == "speculative"]
     assert spec["prefill_share"] == pytest.approx(sum(shares) / 5)

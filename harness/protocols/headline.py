@@ -79,25 +79,11 @@ HEADLINES = (
 )
 
 
-def _schema_defaults(target: str) -> tuple[list[str], dict[str, Any]]:
-    """Field names (declaration order) and defaults of the decoder class ``target``'s schema in
-    :mod:`harness.config.compose`; ``([], {})`` when unknown."""
-    from dataclasses import MISSING, fields
-
-    from harness.config.schemas import DECODER_SCHEMAS
-
-    schema = DECODER_SCHEMAS.get(target)
-    if schema is None:
-        return [], {}
-    return [f.name for f in fields(schema)], {f.name: f.default for f in fields(schema) if f.default is not MISSING}
-
-
 def settings_label(decoder: str, params: dict[str, Any]) -> str:
     """``speculative_tuned (gamma=8)``: the decoder name with :func:`harness.rows.grouping.settings_label` of its
-    parameters against its schema's defaults, e.g. ``ouroboros_best_tuned (gamma=6, W=4, N=4, G=4, topk=3,
-    prompt n-grams, free drafts from=3)``."""
-    order, defaults = _schema_defaults(params.get("_target_", ""))
-    shown = grouping.settings_label(params, defaults, order)
+    parameters (against its declared defaults, as every table labels it), e.g. ``ouroboros_best_tuned (gamma=6,
+    W=4, N=4, G=4, topk=3, prompt n-grams, free drafts from=3)``."""
+    shown = grouping.settings_label(params)
     return f"{decoder} ({shown})" if shown else decoder
 
 

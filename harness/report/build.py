@@ -66,7 +66,7 @@ from harness.rows.results import find_result_files, load_rows
 from harness.report.summary import code_execution_lines
 from harness.report.main_table import (coverage_caption, coverage_columns, main_caption, main_table, row_index,
                                        settings_caption)
-from harness.report.tables import coverage_cell, fmt_cell, latex, latex_by_group, markdown
+from harness.report.tables import coverage_cell, fmt_cell, latex, latex_by_group, markdown, tex_label
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,12 @@ THEORY_CAPTION = ("alpha: accepted / drafted tokens. gamma: configured draft len
                   "step). c: draft / target forward cost (source in 'c from'). Theory: Leviathan et al. 2023 eq. 1, "
                   "E[tau] = (1 - alpha^(gamma+1)) / (1 - alpha), speedup = E[tau] / (gamma c + 1); meaningful "
                   "for linear-chain drafting. efficiency = measured speedup / measured tau.")
+#: The same in LaTeX, its formulas in math mode (theory.tex).
+THEORY_CAPTION_TEX = (r"$\alpha$: accepted / drafted tokens. $\gamma$: configured draft length (else drafted tokens "
+                      r"per step). $c$: draft / target forward cost (source in `c from'). Theory: Leviathan et al.\ "
+                      r"2023 eq.~1, $E[\tau] = (1 - \alpha^{\gamma+1}) / (1 - \alpha)$, speedup "
+                      r"$= E[\tau] / (\gamma c + 1)$; meaningful for linear-chain drafting. efficiency = measured "
+                      r"speedup / measured $\tau$.")
 
 
 def subtitle(agg: pd.DataFrame) -> str:
@@ -180,6 +186,17 @@ def subtitle(agg: pd.DataFrame) -> str:
     if (temps > 0).any():  # sampled runs say so (greedy is the default and goes unsaid)
         parts.append("temperature " + ", ".join(dict.fromkeys(columns.fmt_value(t) for t in temps)))
     return " · ".join(parts)
+
+
+def measured(agg: pd.DataFrame) -> dict[str, str]:
+    """Run group -> what it measured, for a table's caption: :func:`subtitle` of its rows and its token budget
+    (``... · humaneval (2 samples) · at most 64 new tokens``)."""
+    out = {}
+    for group, g in agg.groupby("group", sort=False):
+        budget = columns.num(g["max_new_tokens"]).dropna() if "max_new_tokens" in g else pd.Series(dtype=float)
+        limit = f" · at most {', '.join(dict.fromkeys(str(int(b)) for b in budget))} new tokens" if len(budget) else ""
+        out[str(group)] = subtitle(g) + limit
+    return out
 
 
 def _task_size(task: str, agg: pd.DataFrame) -> str:
@@ -228,7 +245,8 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     rows = load_all(paths, pool, spec_bench, spec_bench_baseline)
     if rows.empty:
         raise ValueError(f"no result rows under {', '.join(map(str, [*paths, *spec_bench]))}")
-    out = Path(out_dir) if out_dir else Path((list(paths) or list(spec_bench))[0]) / "report"
+    source = Path((list(paths) or list(spec_bench))[0])
+    out = Path(out_dir) if out_dir else source / "report"
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n_boot=n_boot, seed=seed, pool=pool)
     agg = metrics.aggregate(rows, cost_ratio=cost_ratio, **kw)
@@ -247,20 +265,20 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     caption = main_caption(agg)
     csv("main.csv", numeric)
     put("main.md", markdown(text) + "\n")
-    put("main.tex", latex_by_group(text, caption + settings_caption(agg), "tab:main"))
+    put("main.tex", latex_by_group(text, caption + settings_caption(agg), tex_label("main", source), measured(agg)))
     sections = ["## Main results\n\n" + caption + "\n\n" + markdown(text)]
     cat = category_table(rows, **kw)
     if cat is not None:
         csv("category.csv", cat[0])
         put("category.md", markdown(cat[1]) + "\n")
-        put("category.tex", latex(cat[1], CATEGORY_CAPTION + coverage_caption(agg), "tab:category"))
+        put("category.tex", latex(cat[1], CATEGORY_CAPTION + coverage_caption(agg), tex_label("category", source)))
         sections.append("## Speedup per category\n\n" + CATEGORY_CAPTION + coverage_caption(agg) + "\n\n"
                         + markdown(cat[1]))
     theory = theory_table(agg)
     csv("theory.csv", agg[["group", "label", *[c for c in ("paired_samples", "group_samples") if c in agg],
                            *[c for c in THEORY_COLUMNS if c in agg]]])
     put("theory.md", markdown(theory) + "\n")
-    put("theory.tex", latex(theory, THEORY_CAPTION, "tab:theory"))
+    put("theory.tex", latex(theory, label=tex_label("theory", source), caption_tex=THEORY_CAPTION_TEX))
     sources = ", ".join(sorted(set(agg.get("cost_ratio_source", pd.Series(dtype=str)).dropna())))
     sections.append("## Theory vs measurement\n\n" + THEORY_CAPTION + (f" Cost ratio from: {sources}." if sources
                                                                          else "") + "\n\n" + markdown(theory))

@@ -157,7 +157,8 @@ def _settings_by_decoder(rows: pd.DataFrame) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for dec, g in rows.groupby(rows["decoder"].astype(str), sort=False):
-        out[dec] = " | ".join(dict.fromkeys(settings_label(p) for p in g["decoder_params"].dropna()))
+        cls = str(g["decoder_class"].iloc[0]) if "decoder_class" in g else None
+        out[dec] = " | ".join(dict.fromkeys(settings_label(p, decoder_class=cls) for p in g["decoder_params"].dropna()))
     return out
 
 

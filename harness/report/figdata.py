@@ -14,14 +14,22 @@ import numpy as np
 import pandas as pd
 
 from harness.rows.columns import num
-from harness.rows.grouping import params_of, prepare
+from harness.rows.grouping import draft_shape, params_of, prepare
 from harness.rows.metrics import aggregate, figure_rows
 
 log = logging.getLogger(__name__)
 
 
+#: Draft shapes whose draft is one line of tokens, so that "position i" is the i-th drafted token
+#: (:class:`decoders.types.Decoder`): a tree of 16 nodes and depth 10, or G guesses of N - 1 tokens, would
+#: show acceptance falling to 0 at positions no accepted path can reach.
+LINEAR_DRAFT_SHAPES = ("chain", "dynamic chain", "copy")
+
+
 def acceptance_per_position(rows: pd.DataFrame) -> pd.DataFrame:
-    """Acceptance by draft position, from the per-step ``accepted_per_step`` / ``drafted_per_step`` lists.
+    """Acceptance by draft position, from the per-step ``accepted_per_step`` / ``drafted_per_step`` lists, for
+    the configurations whose draft is linear (:data:`LINEAR_DRAFT_SHAPES`; :func:`harness.rows.grouping.draft_shape`,
+    so rows written before the column count only ``speculative*`` as a chain).
 
     For position ``i`` (0-based) over all decode steps of a configuration: ``drafted`` = steps that drafted
     more than ``i`` tokens, ``accepted`` = steps that accepted more than ``i`` tokens; ``rate`` =
@@ -43,6 +51,8 @@ def acceptance_per_position(rows: pd.DataFrame) -> pd.DataFrame:
     if "group" not in ok:
         ok = ok.assign(group="")
     for (grp, lab), g in ok.groupby(["group", "label"], sort=False):
+        if draft_shape(g) not in LINEAR_DRAFT_SHAPES:
+            continue
         acc, dr = [], []
         for a, d in zip(g["accepted_per_step"], g["drafted_per_step"]):
             if isinstance(a, (list, tuple, np.ndarray)) and isinstance(d, (list, tuple, np.ndarray)):

@@ -15,8 +15,9 @@ import pandas as pd
 from harness.rows import cells as coverage
 from harness.rows import columns
 from harness.rows import grouping
-from harness.report.tables import (CELLS_MEANING, SAMPLES_MEANING, coverage_cell, fmt_cell, interval_cell,
-                                   show_cells)
+from harness.report.tables import (CELLS_MEANING, SAMPLES_MEANING, coverage_cell, fmt_cell, has_interval,
+                                   interval_cell, show_cells)
+from harness.rows.stats import MIN_INTERVAL_SAMPLES
 
 
 def row_index(agg: pd.DataFrame) -> pd.Index:
@@ -100,7 +101,8 @@ def main_table(agg: pd.DataFrame, quality: Sequence[str] = ()) -> tuple[pd.DataF
     if "cells" in cover:
         text["cells"] = cover.pop("cells")
     for col in figures:
-        text[col.header] = figure_cells(agg, col)
+        shown = not col.interval or has_interval(agg, col.name)
+        text[col.header if shown else col.display or col.name] = figure_cells(agg, col, note_few=shown)
     if seeds > 1:
         text["seeds"] = [fmt_cell(int(v)) if not pd.isna(v) else "-" for v in columns.num(agg["seeds"])]
     for q in quality:  # two decimals: a score over tens of problems has no third
@@ -122,12 +124,12 @@ def main_figures(agg: pd.DataFrame, prefill: bool) -> list[columns.Column]:
     return shown
 
 
-def figure_cells(agg: pd.DataFrame, col: columns.Column) -> list[str]:
+def figure_cells(agg: pd.DataFrame, col: columns.Column, note_few: bool = True) -> list[str]:
     """The cells of one figure of the main table in its declared format: with its interval when declared so
-    (:func:`harness.report.tables.interval_cell`), ``n/a`` for the equality of a sampled run, ``-`` where
-    missing."""
+    (:func:`harness.report.tables.interval_cell`; ``note_few``: "n too small" where a row has too few samples),
+    ``n/a`` for the equality of a sampled run, ``-`` where missing."""
     if col.interval:
-        return [interval_cell(r, col.name, col.fmt) for _, r in agg.iterrows()]
+        return [interval_cell(r, col.name, col.fmt, note_few) for _, r in agg.iterrows()]
     if col.name == "equal_to_vanilla":
         return [_equality_cell(r) for _, r in agg.iterrows()]
     return [col.cell(v) for v in agg.get(col.name, pd.Series([math.nan] * len(agg)))]
@@ -152,10 +154,13 @@ def settings_caption(agg: pd.DataFrame) -> str:
 
 
 MAIN_CAPTION = ("tok/s: mean new tokens per second of the whole generate call (prefill included). speedup: mean "
-                "over samples of the paired ratio tok/s(decoder) / tok/s(vanilla) in the same run, with a 95% "
-                "bootstrap CI over samples and repeats. tau: new tokens per target forward (prefill included; "
-                "vanilla = 1). alpha: accepted / drafted tokens. eq.: fraction of samples whose tokens equal "
-                "vanilla's (n/a: sampled run, whose outputs are compared in distribution, not token by token).")
+                "over samples of the paired ratio tok/s(decoder) / tok/s(vanilla) in the same run{interval}. tau: new "
+                "tokens per target forward (prefill included; vanilla = 1). alpha: accepted / drafted tokens. eq.: "
+                "fraction of samples whose tokens equal vanilla's (n/a: sampled run, whose outputs are compared in "
+                "distribution, not token by token).")
+#: How the caption speaks of the speedup's interval: shown (some row has one), or none at all.
+INTERVAL_CAPTION = ", with a 95% bootstrap CI over samples and repeats"
+NO_INTERVAL_CAPTION = f" (no interval: every row has fewer than {MIN_INTERVAL_SAMPLES} samples)"
 PREFILL_CAPTION = (" decode speedup: the same paired mean for decode-only tok/s (tokens after the first emission / "
                    "seconds after both models' prefills, the draft's prefill counted as prefill for every decoder). "
                    "TTFT: mean time to the first new token; TPOT: mean time per output token after it. prefill: "
@@ -183,5 +188,7 @@ def coverage_caption(agg: pd.DataFrame) -> str:
 
 def main_caption(agg: pd.DataFrame) -> str:
     """The main table's caption: the definitions of the columns it shows."""
-    return (MAIN_CAPTION + (PREFILL_CAPTION if has_prefill(agg) else "") + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
+    interval = INTERVAL_CAPTION if has_interval(agg, "speedup") else NO_INTERVAL_CAPTION
+    return (MAIN_CAPTION.format(interval=interval) + (PREFILL_CAPTION if has_prefill(agg) else "")
+            + (SEEDS_CAPTION if _seeds(agg) > 1 else "")
             + coverage_caption(agg))

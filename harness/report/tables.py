@@ -9,6 +9,8 @@ The headers and formats of the report's figures are their declarations' (:class:
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -172,15 +174,29 @@ def fmt_cell(v: Any, fmt: str = ".2f") -> str:
     return format_value(v, fmt, missing="-")
 
 
-def interval_cell(r: pd.Series, col: str, fmt: str = ".2f") -> str:
-    """``x [low, high]``; ``x (n too small)`` where the row's samples are too few for an interval."""
+def interval_cell(r: pd.Series, col: str, fmt: str = ".2f", note_few: bool = True) -> str:
+    """``x [low, high]``; ``x (n too small)`` where the row's samples are too few for an interval (``note_few``;
+    off in a column where no row has one: its header then claims no interval, :func:`has_interval`)."""
     if pd.isna(r.get(col)):
         return "-"
     if pd.isna(r.get(f"{col}_low")):
         n = num(pd.Series([r.get("paired_samples", r.get("samples"))])).iloc[0]
-        few = not pd.isna(n) and n < MIN_INTERVAL_SAMPLES and f"{col}_low" in r
+        few = note_few and not pd.isna(n) and n < MIN_INTERVAL_SAMPLES and f"{col}_low" in r
         return format(r[col], fmt) + (" (n too small)" if few else "")
     return f"{r[col]:{fmt}} [{r[f'{col}_low']:{fmt}}, {r[f'{col}_high']:{fmt}}]"
+
+
+def has_interval(frame: pd.DataFrame, col: str) -> bool:
+    """Whether some row of ``frame`` has an interval for ``col`` (a ``<col>_low`` value)."""
+    return f"{col}_low" in frame and num(frame[f"{col}_low"]).notna().any()
+
+
+def tex_label(kind: str, source: Path) -> str:
+    r"""A LaTeX label unique to one report: ``tab:<kind>:<name>``, ``name`` being the folder of the runs it reads
+    (``source``) in letters, digits and hyphens, so two reports' tables can be input into one paper without a
+    clash, and a report reads the same wherever it is written."""
+    name = source.resolve().name
+    return f"tab:{kind}:{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-') or 'report'}"
 
 
 #: LaTeX spellings of the Greek letters of the tables' headers (the declared display names: τ, α, γ).
@@ -215,9 +231,10 @@ def tex_escape(s: Any) -> str:
     return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
-def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
+def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: str = "") -> str:
     """A booktabs table of a formatted table, written by pandas' ``Styler.to_latex`` (``hrules=True``):
-    index columns left-aligned, value columns right-aligned, cells and headers LaTeX-escaped."""
+    index columns left-aligned, value columns right-aligned, cells, headers and ``caption`` LaTeX-escaped;
+    ``caption_tex``: a caption written in LaTeX already (math), used as it is instead."""
     n_idx = text.index.nlevels
     styler = (text.style.format(escape="latex")
               .format_index(escape="latex", axis=0)
@@ -226,8 +243,8 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
                               "position": "t", "position_float": "centering"}
     if n_idx > 1:
         kwargs.update(sparse_index=True, multirow_align="naive")
-    if caption:
-        kwargs["caption"] = tex_escape(caption)
+    if caption or caption_tex:
+        kwargs["caption"] = caption_tex or tex_escape(caption)
     if label:
         kwargs["label"] = label
     return styler.to_latex(**kwargs)
@@ -236,23 +253,28 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "") -> str:
 def latex_drop() -> tuple[str, ...]:
     """Headers the LaTeX main table leaves out so that it fits a page: the main-table columns declared with
     ``page=False`` (main.md and main.csv keep them), and the settings (they go to the caption)."""
-    return (*[c.header for c in schema.SUMMARY.values() if c.report and not c.page], "settings")
+    off_page = [c for c in schema.SUMMARY.values() if c.report and not c.page]  # headed with or without [95% CI]
+    return (*[c.header for c in off_page], *[c.display or c.name for c in off_page], "settings")
 
 
-def latex_by_group(text: pd.DataFrame, caption: str, label: str) -> str:
+def latex_by_group(text: pd.DataFrame, caption: str, label: str, measured: Mapping[str, str] | None = None) -> str:
     """The main table as LaTeX that fits a page: one booktabs table per run group (the group named once, in its
-    caption, not in a column), without the columns of :func:`latex_drop`. The first table carries the full
-    caption; the others refer to it."""
+    caption, not in a column), without the columns of :func:`latex_drop`. Each caption opens with what its group
+    measured (``measured``: run group -> model pair, dtype, hardware, task and samples, token budget); the first
+    table carries the column definitions, the others refer to it."""
     drop = latex_drop()
+    measured = dict(measured or {})
     text = text[[c for c in text.columns if c not in drop]]
     caption += " (tok/s, decode speedup, TTFT, TPOT and the prefill share: main.md and main.csv.)"
     if text.index.nlevels == 1:
-        return _small(latex(text, caption, label))
+        what = " ".join(f"Measured: {m}." for m in measured.values())
+        return _small(latex(text, f"{what} {caption}".strip(), label))
     out = []
     for i, group in enumerate(dict.fromkeys(text.index.get_level_values(0))):
         sub = text.xs(group, level=0)
         sub.columns.name = text.columns.name
-        cap = f"Run group: {group}. " + (caption if i == 0 else "Columns as in the first run group's table.")
+        what = f"Run group: {group}. " + (f"Measured: {measured[group]}. " if group in measured else "")
+        cap = what + (caption if i == 0 else "Columns as in the first run group's table.")
         out.append(_small(latex(sub, cap, f"{label}-{i + 1}")))
     return "\n".join(out)
 

@@ -141,10 +141,17 @@ def cell_equality(g: pd.DataFrame) -> dict[str, Any]:
             "divergent_samples": sorted(map(str, g.loc[equal.index[~equal.to_numpy()], "sample_id"].unique()))}
 
 
+def percentile_needs(p: float) -> int:
+    """The fewest rows whose ``p``-th percentile is more than their largest value: at least one row above it
+    (2 for the median, 10 for p90, 100 for p99)."""
+    return math.ceil(round(100 / (100 - p), 9))
+
+
 def cell_latency(g: pd.DataFrame) -> dict[str, float]:
     """Latency figures of one cell's rows (NaN for columns the rows do not carry): mean
     ``decode_tokens_per_s``; ``ttft_s`` and ``tpot_s`` at their mean and 50th/90th/99th percentiles over rows
-    (:data:`LATENCY_PERCENTILES`); ``prefill_share`` (mean of ``prefill_s / wall_time_s``, ``ttft_s`` for rows
+    (:data:`LATENCY_PERCENTILES`; NaN where the rows are too few for it, :func:`percentile_needs`: over 13 rows a
+    "p99" would only be the maximum); ``prefill_share`` (mean of ``prefill_s / wall_time_s``, ``ttft_s`` for rows
     without ``prefill_s``); ``peak_memory_mb`` (the largest); ``_untimed_prefill_rows``: draft-model rows written
     before the draft's prefill was timed (their decode-only figures hold it; one warning per group)."""
     out: dict[str, float] = {"decode_tokens_per_s": num(g["decode_tokens_per_s"]).mean()
@@ -153,7 +160,7 @@ def cell_latency(g: pd.DataFrame) -> dict[str, float]:
         x = num(g[col]).dropna() if col in g else pd.Series(dtype=float)
         out[col] = float(x.mean()) if len(x) else math.nan
         for p in LATENCY_PERCENTILES:
-            out[f"{col}_p{p}"] = float(np.percentile(x, p)) if len(x) else math.nan
+            out[f"{col}_p{p}"] = float(np.percentile(x, p)) if len(x) >= percentile_needs(p) else math.nan
     prefill = num(g["prefill_s"]) if "prefill_s" in g else pd.Series(math.nan, index=g.index)
     if "ttft_s" in g:
         prefill = prefill.fillna(num(g["ttft_s"]))

@@ -236,13 +236,13 @@ SUMMARY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
         ("ttft_s", "float", "mean seconds to the first new token", True,
          dict(display="TTFT ms", fmt=".1f", scale=1000.0, report="recorded", page=False)),
         ("ttft_s_p50", "float", "median ttft_s over rows", False),
-        ("ttft_s_p90", "float", "90th percentile of ttft_s over rows", False),
-        ("ttft_s_p99", "float", "99th percentile of ttft_s over rows", False),
+        ("ttft_s_p90", "float", "90th percentile of ttft_s over rows (null below 10 rows)", False),
+        ("ttft_s_p99", "float", "99th percentile of ttft_s over rows (null below 100 rows)", False),
         ("tpot_s", "float", "mean seconds per output token after the first", True,
          dict(display="TPOT ms", fmt=".1f", scale=1000.0, report="recorded", page=False)),
         ("tpot_s_p50", "float", "median tpot_s over rows", False),
-        ("tpot_s_p90", "float", "90th percentile of tpot_s over rows", False),
-        ("tpot_s_p99", "float", "99th percentile of tpot_s over rows", False),
+        ("tpot_s_p90", "float", "90th percentile of tpot_s over rows (null below 10 rows)", False),
+        ("tpot_s_p99", "float", "99th percentile of tpot_s over rows (null below 100 rows)", False),
         ("prefill_share", "float", "mean prefill_s / wall_time_s (both prefills)", True,
          dict(display="prefill", fmt=".0%", report="prefill", page=False)),
         ("peak_memory_mb", "float", "largest peak_memory_mb of the rows (MiB)", False),
@@ -343,9 +343,8 @@ REQUIRED_OK_COLUMNS = ("decoder", "sample_id", "new_tokens", "num_steps", "wall_
 NULLABLE_OK_COLUMNS = ("tokens_per_s",)
 #: Counters that are deterministic for a given code, model, data, seeds and float32 (the gate checks them).
 COUNTER_COLUMNS = ("new_tokens", "num_steps", "draft_forwards", "num_drafted", "num_accepted")
-#: Load columns (1-minute load average around the timed call), the names older rows used, and the cores.
+#: Load columns (1-minute load average around the timed call; older names: :mod:`harness.rows.legacy`), the cores.
 LOAD_COLUMNS = ("load_1m_before", "load_1m_after")
-LEGACY_LOAD_COLUMNS = ("load_avg_1m_before", "load_avg_1m_after")
 CORE_COLUMNS = ("cpu_affinity", "cpu_count")
 #: Keys pairing a decoder's row with vanilla's (same run, sample, turn and repeat).
 PAIR_KEYS = ("run_id", "task", "sample_id", "turn", "repeat")

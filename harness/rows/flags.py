@@ -12,8 +12,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from harness.rows.columns import (CORE_COLUMNS, EQUALITY_EXACT, LEGACY_LOAD_COLUMNS, LOAD_COLUMNS, PAIR_KEYS, fmt_value,
-                             num)
+from harness.rows.columns import CORE_COLUMNS, EQUALITY_EXACT, LOAD_COLUMNS, PAIR_KEYS, fmt_value, num
 from harness.rows.grouping import ok_rows
 from harness.rows.machine import emulated_half_note
 
@@ -57,10 +56,9 @@ def replicate_noise(g: pd.DataFrame, value: str) -> tuple[float, int]:
 
 
 def load_columns(rows: pd.DataFrame) -> list[str]:
-    """The load-average columns ``rows`` carry: the runner's (:data:`LOAD_COLUMNS`), else the older names
-    (:data:`LEGACY_LOAD_COLUMNS`)."""
-    cols = [c for c in LOAD_COLUMNS if c in rows]
-    return cols or [c for c in LEGACY_LOAD_COLUMNS if c in rows]
+    """The load-average columns ``rows`` carry (:data:`LOAD_COLUMNS`; older names are renamed where rows are read,
+    :func:`harness.rows.legacy.upgrade`)."""
+    return [c for c in LOAD_COLUMNS if c in rows]
 
 
 def usable_cores(rows: pd.DataFrame) -> pd.Series:

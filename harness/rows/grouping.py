@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from harness.rows.columns import (NULLABLE_OK_COLUMNS, REQUIRED_OK_COLUMNS, RUN_IDENTITY_FIELDS, SAMPLING_DEFAULTS,
-                             fmt_value, norm, num)
+from harness.rows import legacy
+from harness.rows.columns import (NULLABLE_OK_COLUMNS, REQUIRED_OK_COLUMNS, RUN_IDENTITY_FIELDS, fmt_value, norm, num)
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,8 @@ def swept_params(rows: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def decoder_classes(rows: pd.DataFrame) -> pd.Series:
-    """Per row: the decoder's class (``decoder_class``); rows written before that column: the decoder name."""
-    if "decoder_class" in rows:
-        return rows["decoder_class"].where(rows["decoder_class"].notna(), rows["decoder"]).astype(str)
-    return rows["decoder"].astype(str)
+    """Per row: the decoder's class (``decoder_class``, :func:`harness.rows.legacy.upgrade` for older rows)."""
+    return legacy.upgrade(rows)["decoder_class"].astype(str)
 
 
 def swept_by_class(rows: pd.DataFrame) -> dict[str, list[str]]:
@@ -119,7 +117,8 @@ _ORDER = (*CORE_PARAMS, *SHORT_NAMES)
 
 
 def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = None,
-                   order: Sequence[str] = (), hidden: Sequence[str] = HIDDEN_PARAMS) -> str:
+                   order: Sequence[str] = (), hidden: Sequence[str] = HIDDEN_PARAMS,
+                   decoder_class: str | None = None) -> str:
     """A configuration's settings as a reader compares them: the core hyper-parameters always, every other
     setting only when it is off its default (``defaults``: the decoder schema's, when the caller has them;
     else off means false, zero or empty), booleans by name; e.g. ``gamma=8`` or ``gamma=6, W=4, N=4, G=4,
@@ -127,12 +126,21 @@ def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = Non
 
     Args:
         decoder_params: the row's ``decoder_params`` (JSON text) or a dict.
-        defaults: parameter -> default (e.g. :data:`harness.config.schemas.DECODER_SCHEMAS` fields).
-        order: parameter order (the schema's); others follow in their own order.
+        defaults: parameter -> default; ``None``: the declared defaults of the class its ``_target_`` (else
+            ``decoder_class``) names (:func:`declare.declared_settings`), so every table and the
+            README label a configuration alike; without a known class, off means false, zero or empty.
+        order: parameter order (default: the declaration's, else :data:`_ORDER`); others follow in their own.
         hidden: parameters never shown (default :data:`HIDDEN_PARAMS`, the bookkeeping a reader of a table
             does not compare; a run's own summary passes none, so a sweep over ``threshold`` is named).
     """
     p = decoder_params if isinstance(decoder_params, Mapping) else params_of(decoder_params)
+    target = p.get("_target_") or decoder_class
+    if defaults is None and target:
+        import decoders.settings  # noqa: F401  the decoders' declarations (torch-free), registered on import
+        from declare import declared_settings
+
+        declared, known = declared_settings("decoder", str(target))
+        order, defaults = (order or declared), (known if declared else None)
     order = list(order) or list(_ORDER)
     keys = sorted(p, key=lambda k: order.index(k) if k in order else len(order))
     shown = []
@@ -229,26 +237,10 @@ def is_sampled(rows: pd.DataFrame) -> pd.Series:
 
 def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
     """``rows`` with the columns every aggregate needs: ``model_pair``, ``label`` (decoder configuration),
-    ``group`` (run identity) and defaults for missing bookkeeping columns: the greedy defaults of the sampling
-    columns where a row lacks them (:data:`SAMPLING_DEFAULTS`), and ``group_identity`` from ``run_identity``
-    for rows written before it existed. Idempotent."""
-    rows = rows.copy()
+    ``group`` (run identity), on rows read as today's (:func:`harness.rows.legacy.upgrade`: what older rows
+    lack). Idempotent."""
     check_columns(rows)
-    for c, default in (("status", "ok"), ("decoder_params", "{}"), ("turn", 0), ("repeat", 0), ("run_id", "run")):
-        if c not in rows:
-            rows[c] = default
-    for c in ("tokens_per_s", "wall_time_s", "new_tokens", "num_steps"):  # rows that never ran (no ok row)
-        if c not in rows:
-            rows[c] = math.nan
-    rows["turn"] = rows["turn"].fillna(0)
-    rows["repeat"] = rows["repeat"].fillna(0)
-    for c, default in SAMPLING_DEFAULTS.items():
-        if c in rows:
-            rows[c] = rows[c].where(rows[c].notna(), default)
-    if "run_identity" in rows:
-        fallback = rows["run_identity"]
-        rows["group_identity"] = rows["group_identity"].where(rows["group_identity"].notna(), fallback) \
-            if "group_identity" in rows else fallback
+    rows = legacy.upgrade(rows)
     rows["model_pair"] = model_pair(rows)
     if "label" not in rows:
         rows["label"] = config_labels(rows)

@@ -280,7 +280,7 @@ def _cell_identity(rec: dict[str, Any], all_g: pd.DataFrame, params: Sequence[st
     rec["decoder"] = first["decoder"]
     rec["decoder_class"] = first["decoder_class"] if "decoder_class" in all_g else first["decoder"]
     rec["decoder_params"] = first["decoder_params"]
-    rec["settings"] = settings_label(first["decoder_params"])
+    rec["settings"] = settings_label(first["decoder_params"], decoder_class=str(rec["decoder_class"]))
     p = params_of(first["decoder_params"])
     for k in params:
         rec[k] = norm(p.get(k))
@@ -297,17 +297,26 @@ def _int_params(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
     return agg
 
 
+#: The decode-only figures a cell whose rows predate the timing of the draft's prefill cannot have.
+UNTIMED_PREFILL_BLANKS = ("decode_tokens_per_s", "decode_speedup", "decode_speedup_low", "decode_speedup_high")
+
+
 def _untimed_prefill_warning(agg: pd.DataFrame) -> None:
-    """One warning per group, on each cell it concerns, naming the draft decoders whose rows predate the timing
-    of the draft's prefill (their decode-only speed holds that prefill; ``hf_assisted``'s never did)."""
+    """The decode-only figures (:data:`UNTIMED_PREFILL_BLANKS`) of the draft decoders whose rows predate the timing
+    of the draft's prefill are blanked, in place (they would count that prefill as decode time, and
+    ``hf_assisted``'s never did: a known bias is not printed as a number); one warning per group, on each cell it
+    concerns, names them."""
     if "_untimed_prefill_rows" not in agg:
         return
-    for group, g in agg[agg["_untimed_prefill_rows"].fillna(0) > 0].groupby("group", sort=False):
+    untimed = agg["_untimed_prefill_rows"].fillna(0) > 0
+    for group, g in agg[untimed].groupby("group", sort=False):
         text = (f"decode_speedup ({group}): the rows of {', '.join(map(str, g['label']))} predate the timing of the "
-                "draft's prefill, so their decode-only tokens/s count the draft's prefill as decode time; "
-                "transformers' assisted generation has it before its first token: compare end-to-end speedup")
+                "draft's prefill, so their decode-only figures are left blank (they would count the draft's "
+                "prefill as decode time; transformers' assisted generation has it before its first token): "
+                "compare end-to-end speedup")
         for ws in g["warnings"]:
             ws.append(text)
+    agg.loc[untimed, [c for c in UNTIMED_PREFILL_BLANKS if c in agg]] = math.nan
 
 
 def summarize(rows: pd.DataFrame, quality_columns: Sequence[str] | None = None, **kwargs: Any) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from harness.rows import cells as coverage
-from harness.rows import grouping
+from harness.rows import grouping, legacy
 from harness.rows.columns import invalid_row, row_problem
 from harness.rows.identity import latest_rows
 
@@ -189,7 +189,7 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
         if rows.empty:
             continue
         rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
-        frames.append(rows)
+        frames.append(legacy.upgrade(rows, _meta(f.parent) if f.name == "results.jsonl" else None))
     if not frames:
         if warnings:
             raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
@@ -197,6 +197,15 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
     rows = _finish(pd.concat(frames, ignore_index=True), pool)
     rows.attrs["warnings"] = [*warnings, *rows.attrs["warnings"]]
     return rows
+
+
+def _meta(run_dir: Path) -> dict[str, Any]:
+    """A run folder's ``meta.json`` (empty when it has none or it cannot be read: a row's own columns still hold)."""
+    try:
+        meta = json.loads((run_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
