@@ -435,6 +435,10 @@ def test_main_job_refuses_unknown_keys_before_anything(override, tmp_path, nothi
     (["-m", "model=tiny-random", "task=humaneval,gsm8k", "task.limit=0"], "task.limit=0: must be an integer >= 1"),
     (["experiment=gamma_ablation", "decoder.ouroboros.topk=-1"], "decoder.ouroboros.topk=-1: must be an integer >= 0"),
     (["experiment=lookahead_sweep", "decoder.lookahead.ngram_size=1,3"], "decoder.lookahead.ngram_size=1: must be"),
+    # a preset is a sweep: Hydra would ignore hydra.run.dir and write into the preset's own folder
+    (["experiment=gamma_ablation", "hydra.run.dir=/tmp/mine"], "hydra.run.dir=/tmp/mine: a sweep (-m, or an "
+     "experiment that sets hydra.mode=MULTIRUN) writes under hydra.sweep.dir, one subfolder per job; write "
+     "hydra.sweep.dir=/tmp/mine instead"),
 ])
 def test_precheck_covers_every_job_of_a_sweep(argv, line, nothing_may_load):
     with pytest.raises(ConfigError, match="^" + re.escape(line)):

@@ -229,6 +229,11 @@ def precheck(argv: Sequence[str]) -> Folder | None:
     multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN  # experiments set hydra.mode themselves
     if multirun:
         check_launcher(base.hydra.get("launcher"), dict(base.hydra.runtime.choices).get("hydra/launcher"))
+        run_dir = next((o for o in parsed if o.get_key_element().lstrip("+~") == "hydra.run.dir"), None)
+        if run_dir is not None:  # Hydra would ignore it and write into the preset's own sweep folder
+            raise ConfigError(f"{run_dir.input_line}: a sweep (-m, or an experiment that sets hydra.mode=MULTIRUN) "
+                              "writes under hydra.sweep.dir, one subfolder per job; write "
+                              f"hydra.sweep.dir={run_dir.input_line.partition('=')[2]} instead")
     else:
         launcher = next((o for o in parsed if o.get_key_element().lstrip("+~") == "hydra/launcher"), None)
         if launcher is not None:  # Hydra runs a single job in-process and ignores the launcher silently
