@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{folder}: {len(written)} files")
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            regenerate(runs, Path(tmp), plots=False)
-            for new in sorted(Path(tmp).iterdir()):
+            fresh = Path(tmp) / folder.name  # the same folder name: a report's LaTeX labels carry it
+            regenerate(runs, fresh, plots=False)
+            for new in sorted(fresh.iterdir()):
                 if new.suffix not in TABLE_SUFFIXES:
                     continue
                 old = folder / new.name

@@ -19,6 +19,7 @@ def test_an_old_row_is_upgraded_once_in_one_place():
     up = legacy.upgrade(_old_rows(), meta)
     assert list(up["decoder_class"]) == ["vanilla", "OptTreeDecoder"]      # from the run's meta.json config
     assert list(up["temperature"]) == [0.0, 0.0] and list(up["turn"]) == [0, 1]
+    assert list(up["top_p"]) == [1.0, 1.0] and list(up["top_k"]) == [0, 0]  # columns an older row never had
     assert list(up["group_identity"]) == ["r1", "r1"] and list(up["status"]) == ["ok", "ok"]
     assert list(up["load_1m_before"]) == [0.5, 0.6] and "load_avg_1m_before" not in up
     assert math.isnan(up["tokens_per_s"].iloc[0])                         # rows that never ran

@@ -751,7 +751,7 @@ def test_real_runner_rows_carry_what_metrics_reads(tmp_path, monkeypatch):
     # 2 samples: no row has an interval, so no header claims one and no cell says why
     assert "[95% CI]" not in main and "n too small" not in main
     tex = (tmp_path / "rep" / "main.tex").read_text()
-    assert "\\label{tab:main:run}" in tex and "Measured: " in tex and "at most" in tex and "no interval" in tex
+    assert "\\label{tab:main:rep}" in tex and "Measured: " in tex and "at most" in tex and "no interval" in tex
     theory = (tmp_path / "rep" / "theory.tex").read_text()
     assert r"$E[\tau] = (1 - \alpha^{\gamma+1}) / (1 - \alpha)$" in theory and r"\^{}" not in theory
 

@@ -265,20 +265,22 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     caption = main_caption(agg)
     csv("main.csv", numeric)
     put("main.md", markdown(text) + "\n")
-    put("main.tex", latex_by_group(text, caption + settings_caption(agg), tex_label("main", source), measured(agg)))
+    put("main.tex", latex_by_group(text, caption + settings_caption(agg), tex_label("main", source, out),
+                                   measured(agg)))
     sections = ["## Main results\n\n" + caption + "\n\n" + markdown(text)]
     cat = category_table(rows, **kw)
     if cat is not None:
         csv("category.csv", cat[0])
         put("category.md", markdown(cat[1]) + "\n")
-        put("category.tex", latex(cat[1], CATEGORY_CAPTION + coverage_caption(agg), tex_label("category", source)))
+        put("category.tex", latex(cat[1], CATEGORY_CAPTION + coverage_caption(agg),
+                                  tex_label("category", source, out)))
         sections.append("## Speedup per category\n\n" + CATEGORY_CAPTION + coverage_caption(agg) + "\n\n"
                         + markdown(cat[1]))
     theory = theory_table(agg)
     csv("theory.csv", agg[["group", "label", *[c for c in ("paired_samples", "group_samples") if c in agg],
                            *[c for c in THEORY_COLUMNS if c in agg]]])
     put("theory.md", markdown(theory) + "\n")
-    put("theory.tex", latex(theory, label=tex_label("theory", source), caption_tex=THEORY_CAPTION_TEX))
+    put("theory.tex", latex(theory, label=tex_label("theory", source, out), caption_tex=THEORY_CAPTION_TEX))
     sources = ", ".join(sorted(set(agg.get("cost_ratio_source", pd.Series(dtype=str)).dropna())))
     sections.append("## Theory vs measurement\n\n" + THEORY_CAPTION + (f" Cost ratio from: {sources}." if sources
                                                                          else "") + "\n\n" + markdown(theory))

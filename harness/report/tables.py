@@ -191,11 +191,13 @@ def has_interval(frame: pd.DataFrame, col: str) -> bool:
     return f"{col}_low" in frame and num(frame[f"{col}_low"]).notna().any()
 
 
-def tex_label(kind: str, source: Path) -> str:
-    r"""A LaTeX label unique to one report: ``tab:<kind>:<name>``, ``name`` being the folder of the runs it reads
-    (``source``) in letters, digits and hyphens, so two reports' tables can be input into one paper without a
-    clash, and a report reads the same wherever it is written."""
-    name = source.resolve().name
+def tex_label(kind: str, source: Path, out: Path) -> str:
+    r"""A LaTeX label unique to one report: ``tab:<kind>:<name>`` in letters, digits and hyphens, ``name`` being the
+    report folder's (``out``), or, for a folder called ``report`` (the default, inside the runs it reads), the
+    runs folder ``source`` with its parent; so the tables of two reports can be input into one paper without a
+    clash, and a report written again into a folder of the same name reads the same."""
+    src = source.resolve()
+    name = out.name if out.name != "report" else f"{src.parent.name}-{src.name}"
     return f"tab:{kind}:{re.sub(r'[^A-Za-z0-9]+', '-', name).strip('-') or 'report'}"
 
 
@@ -264,10 +266,12 @@ def latex_by_group(text: pd.DataFrame, caption: str, label: str, measured: Mappi
     table carries the column definitions, the others refer to it."""
     drop = latex_drop()
     measured = dict(measured or {})
+    off_page = [c for c in text.columns if c in drop and c != "settings"]
     text = text[[c for c in text.columns if c not in drop]]
-    caption += " (tok/s, decode speedup, TTFT, TPOT and the prefill share: main.md and main.csv.)"
+    if off_page:  # the columns left out, by the names main.md gives them
+        caption += f" ({', '.join(c.replace(' [95% CI]', '') for c in off_page)}: main.md and main.csv.)"
     if text.index.nlevels == 1:
-        what = " ".join(f"Measured: {m}." for m in measured.values())
+        what = " ".join(f"Run group: {g}. Measured: {m}." for g, m in measured.items())
         return _small(latex(text, f"{what} {caption}".strip(), label))
     out = []
     for i, group in enumerate(dict.fromkeys(text.index.get_level_values(0))):

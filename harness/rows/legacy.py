@@ -55,8 +55,7 @@ def upgrade(rows: pd.DataFrame, meta: Mapping[str, Any] | None = None) -> pd.Dat
         if c not in rows:
             rows[c] = math.nan
     for c, default in SAMPLING_DEFAULTS.items():
-        if c in rows:
-            rows[c] = rows[c].where(rows[c].notna(), default)
+        rows[c] = rows[c].where(rows[c].notna(), default) if c in rows else default
     if "run_identity" in rows:
         fallback = rows["run_identity"]
         rows["group_identity"] = rows["group_identity"].where(rows["group_identity"].notna(), fallback) \
