@@ -999,3 +999,15 @@ def test_a_quality_score_missing_in_some_rows_is_said(tmp_path):
     spec[0]["score_error"] = "boom"
     summary = metrics.summarize(read_results([write_run(tmp_path / "run", rows)]), ["accuracy"])
     assert any("accuracy is missing in 1 of 4 rows" in w for w in summary.attrs["warnings"])
+
+
+def test_a_vanilla_row_pooled_over_a_sweeps_runs_says_so(sweep):
+    """A sweep's jobs each measure their own vanilla; the report's one vanilla row pools them, and each decoder is
+    paired with its own job's: the warning says that tok/s ratios against the pooled row are not the speedups."""
+    def vanilla_warnings(agg):
+        return [w for ws in agg.loc[agg["label"] == "vanilla", "warnings"] for w in ws]
+
+    pooled = vanilla_warnings(metrics.aggregate(report.load_rows([sweep])))
+    assert any("pools the vanilla rows of 3 runs" in w for w in pooled)
+    assert not any("pools the vanilla rows" in w for w in vanilla_warnings(metrics.aggregate(
+        report.load_rows([sweep / "0"]))))

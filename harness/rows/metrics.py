@@ -256,6 +256,11 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
                 warnings.append(f"{rec['label']} ({rec['group']}): {rec['paired_across_processes']} of {len(g)} "
                                 "rows are paired with a vanilla row measured in another process (a resumed run; "
                                 "column paired_across_processes): their speedups compare timings of two processes")
+            runs = _runs(all_g)
+            if rec["decoder"] == "vanilla" and len(runs) > 1:
+                warnings.append(f"{rec['label']} ({rec['group']}): this row pools the vanilla rows of {len(runs)} "
+                                "runs (a sweep's jobs, each with its own vanilla); every other row's speedup is "
+                                "paired with its own run's vanilla, so its tok/s over this row's is not its speedup")
             rec["load_max"], rec["rows_over_load"], rec["usable_cores"] = load_stats(ok_rows(all_g), load_margin)
             load_note, half_note = notes[key[0]]
             warnings += [w for w in (load_note if rec["rows_over_load"] else None, half_note) if w]
@@ -265,6 +270,13 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
     lossless_quality_flags(agg, rows, quality)
     _untimed_prefill_warning(agg)
     return agg.drop(columns=["_untimed_prefill_rows"], errors="ignore")
+
+
+def _runs(g: pd.DataFrame) -> list[str]:
+    """The runs ``g``'s rows come from: their run identities (the shards of one run share one), else their run
+    folders."""
+    col = "run_identity" if "run_identity" in g and g["run_identity"].notna().all() else "run_dir"
+    return list(g[col].dropna().astype(str).unique()) if col in g else []
 
 
 def _cell_identity(rec: dict[str, Any], all_g: pd.DataFrame, params: Sequence[str]) -> dict[str, Any]:
