@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Optional, Sequence, TypeVar
 
 from declare import at_least, between, check_class_line, one_of, setting, signature, take
@@ -233,8 +233,8 @@ class Task:
             DataNotFoundError: what :meth:`_load` raises when the data cannot be read.
         """
         if positional:
-            raise TypeError(f"{type(self).__name__} takes its settings by keyword "
-                            f"({', '.join(signature(self.settings).parameters) if self.settings else 'it has none'})")
+            names = ", ".join(f.name for f in fields(self.settings)) if self.settings else "it has none"
+            raise TypeError(f"{type(self).__name__} takes its settings by keyword ({names})")
         if self.settings is not None:
             for key, value in take(self.settings, settings, type(self).__name__, prefix="task.").items():
                 setattr(self, key, value)

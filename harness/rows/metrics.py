@@ -290,7 +290,7 @@ def _cell_identity(rec: dict[str, Any], all_g: pd.DataFrame, params: Sequence[st
         rec["run_identity"] = ", ".join(dict.fromkeys(str(v) for v in all_g["run_identity"].dropna()))
     rec["model_pair"] = first["model_pair"]
     rec["decoder"] = first["decoder"]
-    rec["decoder_class"] = first["decoder_class"] if "decoder_class" in all_g else first["decoder"]
+    rec["decoder_class"] = first["decoder_class"]  # every prepared row has one (harness.rows.legacy.upgrade)
     rec["decoder_params"] = first["decoder_params"]
     rec["settings"] = settings_label(first["decoder_params"], decoder_class=str(rec["decoder_class"]))
     p = params_of(first["decoder_params"])
