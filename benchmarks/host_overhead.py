@@ -12,6 +12,7 @@ host time, and the budget a decoder family must meet on this CPU::
     .venv/bin/python benchmarks/host_overhead.py --decoders vanilla,speculative --rounds 5
     .venv/bin/python benchmarks/host_overhead.py --write-baseline benchmarks/baselines/host_overhead.json
     .venv/bin/python benchmarks/host_overhead.py --check benchmarks/baselines/host_overhead.json   # CI gate
+    .venv/bin/python benchmarks/host_overhead.py --markdown benchmarks/baselines/host_overhead.json  # as docs/gpu.md
 
 The gate (``--check``) compares each decoder's host time as a ratio to vanilla's host time in the same run
 (CPU speed and load cancel) with the baseline's ratio, and fails (exit 1) when the ratio more than doubled
@@ -44,6 +45,7 @@ BUDGET_MS = {
     "LookaheadDecoder": 1.5,
     "OuroborosDecoder": 1.5,
     "OptTreeDecoder": 1.5,
+    "FixedTreeDecoder": 1.5,
 }
 #: The tiny pair (tests/conftest.py's TINY with a sharper LM head, so drafts and trees run deep).
 TINY = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -129,6 +131,22 @@ def table(doc: dict) -> str:
         lines.append(f"{name:<24} {d['tokens_per_step']:>8.2f} {d['forward_ms']:>6.2f} {d['host_ms']:>6.3f} "
                      f"{ratio:>6} {('<=' + str(budget)) if budget else '-':>7}  "
                      + " ".join(f"{d['phases_ms'].get(p, 0.0):>7.3f}" for p in PHASES) + f"  {verdict}")
+    return "\n".join(lines)
+
+
+def markdown(doc: dict) -> str:
+    """A measurement as the Markdown table of docs/gpu.md (``--markdown``): one row per decoder, milliseconds per
+    decode step, the budget met or **missed**."""
+    from harness.job.overhead import PHASES
+
+    lines = ["| decoder | tok/step | fwd ms | host ms | × vanilla | budget | " + " | ".join(PHASES) + " |",
+             "|---|---:|---:|---:|---:|---|" + "---:|" * len(PHASES)]
+    for name, d in doc["decoders"].items():
+        budget = d["budget_ms"]
+        verdict = "-" if budget is None else f"≤ {budget} " + ("met" if d["host_ms"] <= budget else "**missed**")
+        ratio = "-" if d["ratio_to_vanilla"] is None else f"{d['ratio_to_vanilla']:.1f}"
+        lines.append(f"| {name} | {d['tokens_per_step']:.2f} | {d['forward_ms']:.2f} | {d['host_ms']:.3f} | {ratio} | "
+                     f"{verdict} | " + " | ".join(f"{d['phases_ms'].get(p, 0.0):.3f}" for p in PHASES) + " |")
     return "\n".join(lines)
 
 
@@ -243,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", type=Path, help="gate against this baseline (exit 1 on a regression)")
     parser.add_argument("--margin", type=float, default=1.0, help="allowed growth of a ratio to vanilla")
     parser.add_argument("--abs-margin", type=float, default=0.5, help="allowed growth of a decoder's host time")
+    parser.add_argument("--markdown", type=Path, help="print this saved measurement (a baseline) as docs/gpu.md's "
+                                                      "table and exit; measures nothing")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     problem, baseline = _refusal(args)  # before any model is built
     if problem:
         print(f"error: {problem}", file=sys.stderr)

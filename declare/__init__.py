@@ -29,7 +29,7 @@ import math
 import numbers
 import os
 import typing
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 #: The largest integer any setting takes: sizes, budgets and seeds far below it; a larger one would only
 #: overflow a C long later or run for ever (``ngram_size=10**20``).
@@ -99,7 +99,10 @@ def rule_text(cls: type, name: str) -> str:
     base, optional = _type(cls, name)
     kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(base, "a value")
     if typing.get_origin(base) is list:
-        kind = "a list of strings" if typing.get_args(base) == (str,) else "a list"
+        (item,) = typing.get_args(base) or (Any,)
+        kind = {str: "a list of strings", int: "a list of integers"}.get(item, "a list")
+        if typing.get_origin(item) is list and typing.get_args(item) == (int,):
+            kind = "a list of integer lists"
     if "choices" in meta:
         text = "one of " + ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in meta["choices"])
     elif "ge" in meta and "le" in meta:
@@ -239,7 +242,7 @@ def rows(cls: type, values: Mapping[str, Any] | None = None) -> list[tuple[str, 
         given = values.get(f.name, f.default) if values is not None else f.default
         if isinstance(given, str) and "${" in given:  # an OmegaConf interpolation: resolved per run
             shown = "interpolated"
-        elif given != f.default:
+        elif _plain(given) != _plain(f.default):
             shown = f"{show(given, cut=True)} (default {shown})"
         out.append((f.name, shown, rule_text(cls, f.name), f.metadata.get("help", "")))
     return out
@@ -249,9 +252,22 @@ def rows(cls: type, values: Mapping[str, Any] | None = None) -> list[tuple[str, 
 SHOWN_STRING_CHARS = 40
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with every list (a YAML list, a tuple default) as a tuple, so equal settings compare equal."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        return value
+    return tuple(_plain(v) for v in value)
+
+
 def show(value: Any, *, cut: bool = False) -> str:
-    """A value as YAML writes it: ``null``, ``true``, ``'text'``, ``4``; ``cut``: a string of
-    :data:`SHOWN_STRING_CHARS` characters or more is cut to fit (listings; error messages show it whole)."""
+    """A value as YAML writes it: ``null``, ``true``, ``'text'``, ``4``, ``[[0],[1]]``; ``cut``: a string or list
+    of :data:`SHOWN_STRING_CHARS` characters or more is cut to fit (listings; error messages show it whole)."""
+    if not isinstance(value, (str, bytes, Mapping)) and isinstance(value, Iterable):
+        items = list(value)
+        text = "[" + ",".join(show(v) for v in items) + "]"
+        if cut and len(text) >= SHOWN_STRING_CHARS:
+            text = f"{text[:SHOWN_STRING_CHARS - 3]}... ({len(items)} entries)"
+        return text
     if value is None:
         return "null"
     if isinstance(value, bool):

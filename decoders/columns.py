@@ -34,6 +34,10 @@ class Statistic:
 
 _POOL_ENTRIES = Statistic("pool_entries", "int", "count", "lookahead, Ouroboros: n-grams in the pool at the end of "
                           "the sample")
+_TREE_DEPTH = Statistic("tree_depth_per_step", "float", "count", "OPT-Tree, fixed trees: mean depth of the verified "
+                        "tree")
+_TREE_NODES = Statistic("tree_nodes_per_step", "float", "count", "OPT-Tree, fixed trees: mean nodes of the verified "
+                        "tree")
 
 #: Decoder class name -> the statistics its rows carry (a column shared by two decoders is declared once and
 #: listed under both).
@@ -49,12 +53,17 @@ DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
                   "context"),
     ),
     "OptTreeDecoder": (
-        Statistic("tree_depth_per_step", "float", "count", "OPT-Tree: mean depth of the verified tree"),
-        Statistic("tree_nodes_per_step", "float", "count", "OPT-Tree: mean nodes of the verified tree"),
+        _TREE_DEPTH,
+        _TREE_NODES,
         Statistic("cost_points", "str", "", "OPT-Tree cost-aware: the measured forward costs, k:target_ms/draft_ms",
                   when=("cost_aware",)),
         Statistic("copy_step_rate", "float", "share", "OPT-Tree hybrid: share of steps that used a context copy",
                   when=("copy_tokens",)),
+    ),
+    "FixedTreeDecoder": (
+        Statistic("tree_levels", "str", "", "fixed trees: the shape's nodes per depth, e.g. 4+8+8+3+2"),
+        _TREE_DEPTH,
+        _TREE_NODES,
     ),
     "OuroborosDecoder": (
         Statistic("draft_forwards_per_target_forward", "float", "count", "Ouroboros: draft forwards per decode "

@@ -28,8 +28,8 @@ Beyond the paper (each off by default):
   measured on the models in use (target forward time for ``k`` tokens, draft forward time for ``m`` frontier
   tokens) gives the expected time of a step; growth continues while the best tree's expected tokens per second
   ``(1 + E(A)) / (t_draft + t_target(1 + n))`` rises, only the nodes of the tree of best rate are expanded, and the
-  verified tree is cut to the size ``n <= num_nodes`` that maximises it. OPT-Tree's ``threshold`` ignores that ``k`` tokens are nearly free on a GPU (or a CPU with
-  bf16 units) and not in float32 on a CPU.
+  verified tree is cut to the size ``n <= num_nodes`` that maximises it. OPT-Tree's ``threshold`` ignores that
+  ``k`` tokens are nearly free on a GPU (or a CPU with bf16 units) and not in float32 on a CPU.
 * ``copy_tokens`` (the *hybrid tree*): before the draft model runs, the continuation that followed the most recent
   earlier occurrence of the context's last n-gram (prompt lookup's match, up to ``min(copy_tokens, num_nodes)``
   tokens) is put in the tree as a chain under the pending token (origin ``copy``, value 1 per node: always
@@ -48,11 +48,10 @@ import torch
 from decoders.common.base import DraftingDecoder
 from decoders.common.cost import ForwardCost
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
-from decoders.common.forward import forward, max_depth_after, new_cache
-from decoders.common.kv_cache import keep_path
+from decoders.common.forward import max_depth_after
 from decoders.common.ngram_pool import find_prompt_lookup_candidates
 from decoders.common.stopping import truncate_at_stop
-from decoders.common.tree import tree_attention
+from decoders.common.tree_draft import TreeDrafter
 from decoders.types import StepRecord
 from decoders.settings import OptTreeSettings
 
@@ -105,37 +104,22 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
 
 
 class _TreeGrower:
-    """The OPT-Tree proposer for one sample.
-
-    Draft cache invariant between steps: it holds ``context[:self.cached]``; the next layer-1 forward feeds the
-    rest (at least the pending token). Within a step, tree nodes fed to the draft follow in feed order.
-    """
+    """The OPT-Tree proposer for one sample: the draft's side (its cache, the nodes fed, the accepted path's KV
+    kept) is a :class:`~decoders.common.tree_draft.TreeDrafter`, whose node keys are candidate indices."""
 
     def __init__(self, decoder: OptTreeDecoder):
         self.decoder = decoder  # its settings, draft model and measured forward costs
-        self.cache = new_cache(decoder.draft_model)
-        self.cached = 0
-        self.device = decoder.draft_model.get_input_embeddings().weight.device
-        self.draftable = True
+        self.draft = TreeDrafter(decoder)
         self.budget = decoder.num_nodes  # draft nodes of this step's tree (num_nodes less the copied branch)
         # This step's state, set by propose and read by accepted:
-        self.ctx_len = 0                 # draft cache length before the tree's nodes (the step's context)
-        self.fed: dict[int, int] = {}    # candidate index -> its position among the nodes fed to the draft
         self.chosen: list[int] = []      # draft node (verified order) -> candidate index
         self.node_of: list[int] = []     # draft node -> index in the verified tree (copy nodes merged)
         self._last_nodes: list[tuple[int, int, float, int]] = []  # draft nodes: token, parent, value, depth
 
     def start(self, prompt: list[int]) -> None:
-        self.draftable = self.decoder.vocab.can_embed(prompt)
+        self.draft.start(prompt)
 
     # -------------------------------------------------------------------------------------------------------
-    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """The draft's distributions ``(m, draft_vocab)`` float32 from logits ``(m, V)``: processed as the run
-        samples (temperature, top-k, top-p) or a plain softmax when greedy."""
-        sampling = self.decoder.sampling
-        logits = logits[:, : self.decoder.vocab.draft].float()
-        return torch.softmax(logits, -1) if sampling.greedy else sampling.probs(logits)
-
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
         d = self.decoder
         room = max(0, min(remaining - 1, max_depth_after(d.target_model, len(context) - 1)))
@@ -145,11 +129,10 @@ class _TreeGrower:
             length = min(d.copy_tokens, room, d.num_nodes)  # the copy is verified within the node budget
             copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, length), d.eos_token_ids,
                                     length)
-        self.fed = {}
         self.budget = d.num_nodes - len(copy)  # draft nodes this step: the budget the copy leaves
         nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
         forwards = fed_tokens = 0
-        if depth_limit and self.draftable and self.budget and (not copy or d.draft_on_copy):
+        if depth_limit and self.draft.draftable and self.budget and (not copy or d.draft_on_copy):
             nodes, forwards, fed_tokens = self._grow(context, depth_limit)
         tokens, parents, origins = self._merge(copy, nodes)
         labels = ("draft", "copy") if d.copy_tokens else ("draft",)
@@ -170,39 +153,23 @@ class _TreeGrower:
     def _grow(self, context: list[int], depth_limit: int) -> tuple[list[tuple[int, int, float, int]], int, int]:
         """Grow the tree layer by layer; returns the selected nodes (topological order), forwards, tokens fed."""
         d, n = self.decoder, self.budget
-        feed = context[self.cached:]
-        logits = forward(d.draft_model, torch.tensor([feed], device=self.device), self.cache, logits_to_keep=1)
-        forwards, fed_tokens = 1, len(feed)
-        self.ctx_len = len(context)
-        self.cached = len(context)
-        probs = self._probs(logits[0])  # (1, V)
+        probs, fed_tokens = self.draft.first_layer(context)  # (1, V)
+        forwards = 1
         top_p, top_i = probs[0].topk(min(n, probs.shape[-1]))
         # All candidate nodes so far: token, parent, value, depth.
         cand: list[tuple[int, int, float, int]] = [(t, -1, v, 0) for t, v in zip(top_i.tolist(), top_p.tolist())]
         best = self._select(cand)
         gain_ref = sum(cand[i][2] for i in best)
-        spent = d.cost.draft_time(len(feed)) if d.cost_aware else 0.0  # expected draft seconds so far
+        spent = d.cost.draft_time(fed_tokens) if d.cost_aware else 0.0  # expected draft seconds so far
         rate = self._rate(cand, best, spent)
-        feed_parents: list[int] = []   # parent of each fed node, as an index into the fed list (-1: pending)
-        feed_nodes: list[int] = []     # candidate index of each fed node
         frontier = self._frontier(cand, best, 0, spent)
         for layer in range(1, depth_limit):
             if not frontier:
                 break
             # One draft forward over the frontier, tree attention over every node fed this step.
-            start = len(feed_nodes)
-            for i in frontier:
-                parent = cand[i][1]
-                feed_parents.append(self.fed[parent] if parent >= 0 else -1)
-                self.fed[i] = len(feed_nodes)
-                feed_nodes.append(i)
-            mask, pos = tree_attention(feed_parents, self.ctx_len, dtype=d.draft_model.dtype, device=self.device)
-            ids = torch.tensor([[cand[i][0] for i in frontier]], device=self.device)
-            logits = forward(d.draft_model, ids, self.cache, position_ids=pos[:, start:],
-                             attention_mask=mask[:, :, start:])
+            probs = self.draft.layer(frontier, [cand[i][0] for i in frontier], [cand[i][1] for i in frontier])
             forwards += 1
             fed_tokens += len(frontier)
-            probs = self._probs(logits[0])  # (m, V)
             k = min(n, probs.shape[-1])
             top_p, top_i = probs.topk(k, dim=-1)
             parent_values = torch.tensor([cand[i][2] for i in frontier], dtype=top_p.dtype, device=top_p.device)
@@ -293,22 +260,11 @@ class _TreeGrower:
 
     # -------------------------------------------------------------------------------------------------------
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
-        """Keep the draft's KV entries of the accepted nodes it was fed (a prefix of the accepted path); stop
-        drafting for the sample once the target emits an id the draft cannot embed."""
-        if self.draftable and not self.decoder.vocab.can_embed(verdict.emitted):
-            self.draftable = False
-        if not self.fed:  # no tree node was fed to the draft (the draft cache ends at the step's context)
-            return
+        """Keep the draft's KV entries of the accepted nodes it was fed (:meth:`TreeDrafter.accepted`; a copied
+        node is not a candidate)."""
         tree_to_draft = {t: i for i, t in enumerate(self.node_of)}
-        kept: list[int] = []
-        for k in verdict.path[: verdict.kept]:
-            cand = self.chosen[tree_to_draft[k]] if k in tree_to_draft else None
-            if cand is None or cand not in self.fed:
-                break
-            kept.append(self.ctx_len + self.fed[cand])
-        keep_path(self.cache, self.ctx_len, kept)
-        self.cached = self.ctx_len + len(kept)
-        self.fed = {}
+        self.draft.accepted(verdict, (self.chosen[tree_to_draft[k]] if k in tree_to_draft else None
+                                      for k in verdict.path[: verdict.kept]))
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         d, n = self.decoder, len(steps)

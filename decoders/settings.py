@@ -1,23 +1,22 @@
 """Every decoder's settings, declared once (default, bound and meaning: :mod:`declare`), and every decoder
 registered: one :func:`register_decoder` line each, at the end of this file.
 
-The constructors take their defaults from these classes and check their arguments against them
-(:func:`declare.check_args`); :mod:`harness.config.schemas` generates each registered decoder's Hydra schema
-(``base_decoder_<name>``) from its line; ``python run.py list decoder=NAME`` prints the settings. Torch-free
-(a decoder's class is named by its import path, imported only when built), so the command line is checked
-before torch is imported.
+A decoder's class names its settings class in its class line
+(``class SpeculativeDecoder(DraftingDecoder, settings=SpeculativeSettings, uses_draft=True)``) and takes them as
+keyword arguments checked against these declarations (:func:`declare.take`); :mod:`harness.config.schemas`
+generates each registered decoder's Hydra schema (``base_decoder_<name>``) from its line; ``python run.py list
+decoder=NAME`` prints the settings. Torch-free (a decoder's class is named by its import path, imported only when
+built), so the command line is checked before torch is imported.
 
-Adding a hyper-parameter: one field here, then the constructor argument ``name: type = <Class>.name``
-(``tests/test_configs.py`` checks that the constructor's parameters and defaults are exactly these fields).
-Adding a decoder: its settings class and one :func:`register_decoder` line here, its class in
-``decoders/<name>.py``, its ``conf/decoder/<name>.yaml`` (README, "Extending";
+Adding a hyper-parameter: one field here. Adding a decoder: its settings class and one :func:`register_decoder`
+line here, its class in ``decoders/<name>.py``, its ``conf/decoder/<name>.yaml`` (README, "Extending";
 ``tests/test_extending.py`` does it with nothing else changed).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional, Sequence
 
 from declare import Registered, at_least, between, one_of, register, setting
 
@@ -115,6 +114,53 @@ class OptTreeSettings:
     draft_on_copy: bool = setting(True, None, "hybrid tree: also grow the draft's tree when a copy is found")
 
 
+#: EAGLE-1's default draft tree: ``mc_sim_7b_63`` in SafeAILab/EAGLE ``eagle/model/choices.py`` (25 nodes over 5
+#: levels, despite the name; Medusa's tree of that name has 63 nodes). Each path lists the draft's rank of the
+#: token chosen at each depth: ``(0,)`` its most likely first token, ``(0, 1)`` the runner-up after that one.
+EAGLE1_TREE = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
+               (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
+               (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1))
+#: The most nodes a fixed tree may hold (far beyond any verify budget that pays; a typo's 10**6 refused early).
+MAX_TREE_NODES = 1024
+
+
+@dataclass
+class FixedTreeSettings:
+    """A static draft tree (EAGLE's and Medusa's tree choices; OPT-Tree's fixed-shape baselines)."""
+
+    paths: List[List[int]] = setting(EAGLE1_TREE, None, "the tree: one path of draft ranks per node, e.g. "
+                                                        "[[0],[1],[0,0]] (default: EAGLE-1's 25-node tree)")
+
+
+def tree_levels(paths: Sequence[Sequence[int]]) -> list[int]:
+    """A tree shape's nodes per depth, from depth 1 (``[4, 8, 8, 3, 2]`` for :data:`EAGLE1_TREE`): how tables
+    name a shape."""
+    depth = max((len(p) for p in paths), default=0)
+    return [sum(len(p) == d for p in paths) for d in range(1, depth + 1)]
+
+
+def tree_shape_problem(paths: Sequence[Sequence[int]]) -> str | None:
+    """Why ``paths`` is not a tree shape (one line), or None. A shape is a non-empty list of distinct, non-empty
+    paths of ranks ``>= 0``, at most :data:`MAX_TREE_NODES`, each path's parent (the path less its last rank) in
+    the list too."""
+    if not paths:
+        return "must list at least one path, e.g. [[0],[1],[0,0]]"
+    if len(paths) > MAX_TREE_NODES:
+        return f"{len(paths)} paths: at most {MAX_TREE_NODES}"
+    seen: set[tuple[int, ...]] = set()
+    for path in paths:
+        key = tuple(path)
+        if not key or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in key):
+            return f"path {list(key)}: a path is a non-empty list of ranks (integers >= 0)"
+        if key in seen:
+            return f"path {list(key)} is listed twice"
+        seen.add(key)
+    for key in seen:
+        if len(key) > 1 and key[:-1] not in seen:
+            return f"path {list(key)} has no parent: add {list(key[:-1])}"
+    return None
+
+
 @dataclass
 class PromptLookupSettings:
     """Prompt lookup decoding (Saxena 2023)."""
@@ -143,3 +189,4 @@ register_decoder("lookahead", "decoders.lookahead.LookaheadDecoder", LookaheadSe
 register_decoder("ouroboros", "decoders.ouroboros.OuroborosDecoder", OuroborosSettings, uses_draft=True)
 register_decoder("prompt_lookup", "decoders.prompt_lookup.PromptLookupDecoder", PromptLookupSettings)
 register_decoder("opt_tree", "decoders.opt_tree.OptTreeDecoder", OptTreeSettings, uses_draft=True)
+register_decoder("fixed_tree", "decoders.fixed_tree.FixedTreeDecoder", FixedTreeSettings, uses_draft=True)

@@ -28,7 +28,7 @@ FONT, SMALL = 7, 6
 #: longest family name a decoder's name starts with (``speculative_tuned`` -> ``speculative``).
 FAMILY_COLOURS = {"vanilla": "#7f7f7f", "hf_greedy": "#3f3f3f", "speculative": "#0072B2", "hf_assisted": "#56B4E9",
                   "prompt_lookup": "#009E73", "lookahead": "#E69F00", "ouroboros": "#D55E00",
-                  "opt_tree": "#CC79A7"}
+                  "opt_tree": "#CC79A7", "fixed_tree": "#882255"}
 #: Colours of decoders outside the families above, in order of appearance (Okabe-Ito's yellow last: it
 #: vanishes on white paper).
 OTHER_COLOURS = ("#000000", "#8c564b", "#17becf", "#9467bd", "#bcbd22", "#F0E442")

@@ -2,8 +2,8 @@
 
 ``target``: a 2-layer Qwen2-style model. ``noisy_draft``: the target with small weight noise, so drafts
 are accepted often but not always (a realistic speculative regime). ``other_draft``: an unrelated
-Llama-style model (acceptance near zero). ``prompts``: 10+ prompts, several highly repetitive so
-n-gram pools and prompt lookup actually hit.
+Llama-style model (acceptance near zero). ``confident``: target and noisy draft with sharpened LM heads (deep
+trees). ``prompts``: 10+ prompts, several highly repetitive so n-gram pools and prompt lookup actually hit.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+
+# Under pytest-xdist each worker process runs its tests on one torch thread: two workers on two cores, no OpenMP
+# threads fighting over them (the tiny models are fastest on one thread anyway).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from decoders.common.stopping import collect_eos_token_ids
 import harness.config.compose  # noqa: F401  registers the base_* schemas every conf/ YAML lists (tests compose conf/ directly)
@@ -65,6 +70,19 @@ def make_noisy_draft(target):
 @pytest.fixture(scope="session")
 def noisy_draft(target):
     return make_noisy_draft(target)
+
+
+@pytest.fixture(scope="session")
+def confident(target, noisy_draft):
+    """(target, draft): ``target`` and ``noisy_draft`` with LM heads scaled 25x: peaked distributions, drafts
+    accepted often, trees grown deep (the tree decoders' tests)."""
+    pair = []
+    for m in (target, noisy_draft):
+        m = copy.deepcopy(m)
+        with torch.no_grad():
+            m.get_output_embeddings().weight.mul_(25)
+        pair.append(m)
+    return tuple(pair)
 
 
 @pytest.fixture(scope="session")

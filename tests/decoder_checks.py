@@ -86,3 +86,46 @@ def assert_refuses_arguments_it_does_not_take(make: Callable[..., Any], misspelt
         make(draft_model=None)
     with pytest.raises(TypeError, match=misspelt):
         make(**{misspelt: 3})
+
+
+def assert_draft_cache_is_a_fresh_prefill(drafter: Any, context: Sequence[int]) -> None:
+    """A tree proposer's :class:`~decoders.common.tree_draft.TreeDrafter` after a step: its cache holds exactly
+    ``context[:drafter.cached]`` (``context``: the prompt and every committed id), equal to a fresh prefill of those
+    ids (kept entries moved, not recomputed, must still be right)."""
+    from decoders.common.forward import forward, new_cache
+
+    model = drafter.decoder.draft_model
+    fresh = new_cache(model)
+    forward(model, torch.tensor([list(context[: drafter.cached])]), fresh)
+    assert drafter.cache.get_seq_length() == drafter.cached
+    for mine, ref in zip(drafter.cache.layers, fresh.layers):
+        torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+
+
+def assert_tree_draft_keeps_the_accepted_kv(decoder: Any, prompts: Sequence[torch.Tensor], max_new: int) -> None:
+    """A layer-by-layer tree decoder (its proposer has a ``draft``
+    :class:`~decoders.common.tree_draft.TreeDrafter`) decodes ``prompts`` (each ``(1, prompt_len)`` ids) to vanilla's
+    tokens; after every step the draft's cache equals a fresh prefill of what it claims to hold
+    (:func:`assert_draft_cache_is_a_fresh_prefill`), and the accepted path's entries are kept, not recomputed: later
+    steps' first draft forwards feed only what the draft has not seen."""
+    from decoders.common.driver import decode
+
+    checked = fed = 0
+    for ids in prompts:
+        proposer = decoder.proposer()
+        step = proposer.accepted
+
+        def accepted(context, tree, verdict, step=step, drafter=proposer.draft):
+            nonlocal checked
+            step(context, tree, verdict)
+            assert_draft_cache_is_a_fresh_prefill(drafter, context)
+            checked += 1
+
+        proposer.accepted = accepted
+        res = decode(decoder.target_model, proposer, ids, max_new, eos_token_ids=decoder.eos_token_ids,
+                     sampling=decoder.sampling)
+        fed += sum(s.draft_tokens_fed for s in res.steps[2:])
+        vanilla = VanillaDecoder(decoder.target_model, eos_token_ids=decoder.eos_token_ids)
+        assert res.token_ids == vanilla.generate(ids, max_new).token_ids
+    assert checked > 10 and fed > 0

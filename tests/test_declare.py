@@ -109,7 +109,7 @@ def test_task_constructor_refuses_what_the_schema_refuses():
 
 @pytest.mark.parametrize("args,line", [
     (["list", "model=tiny-random"], "error: model=tiny-random: settings are listed for decoder, task, runner"),
-    (["list", "decoder=nope"], "error: unknown decoder 'nope'. Valid choices for decoder: hf_assisted"),
+    (["list", "decoder=nope"], "error: unknown decoder 'nope'. Valid choices for decoder: fixed_tree"),
     (["list", "nope"], "error: unknown config group nope"),
 ])
 def test_run_py_list_refuses_in_one_line(args, line):

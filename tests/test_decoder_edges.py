@@ -14,6 +14,7 @@ import torch
 
 from decoders.hf_assisted import HFAssistedDecoder
 from decoders.lookahead import LookaheadDecoder
+from decoders.fixed_tree import FixedTreeDecoder
 from decoders.opt_tree import OptTreeDecoder
 from decoders.ouroboros import OuroborosDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
@@ -43,8 +44,10 @@ FACTORIES = {
     "opt_tree": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, eos_token_ids=e),
     "opt_tree_hybrid": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, copy_tokens=6,
                                                       eos_token_ids=e),
+    "fixed_tree": lambda t, d, e: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
+                                                   eos_token_ids=e),
 }
-ROLLS_BACK = ("speculative", "prompt_lookup", "lookahead", "ouroboros", "opt_tree")
+ROLLS_BACK = ("speculative", "prompt_lookup", "lookahead", "ouroboros", "opt_tree", "fixed_tree")
 
 
 def _check_counters(res, name: str) -> None:
@@ -141,7 +144,8 @@ def wide_target(tokenizer, prompt_ids):
     return model
 
 
-@pytest.mark.parametrize("name", ["speculative", "ouroboros", "ouroboros_options", "opt_tree", "opt_tree_hybrid"])
+@pytest.mark.parametrize("name", ["speculative", "ouroboros", "ouroboros_options", "opt_tree", "opt_tree_hybrid",
+                                  "fixed_tree"])
 def test_target_id_the_draft_cannot_embed(name, wide_target, target, prompt_ids):
     """The target emits id 290 >= the draft's 260-ish embeddings: no IndexError; drafting stops, output exact."""
     draft = target  # the narrow model drafts

@@ -7,33 +7,17 @@ same models with their LM heads scaled, so the draft's probabilities are high an
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
 
 from decoders.common.cost import ForwardCost
-from decoders.common.driver import decode
-from decoders.common.forward import forward, new_cache
 from decoders.opt_tree import OptTreeDecoder, _TreeGrower
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
+from tests.decoder_checks import assert_tree_draft_keeps_the_accepted_kv
 
 MAX_NEW = 32
 #: Prompts used (plain text, code and repetitive ones, so copies hit).
 CHOSEN = (0, 1, 2, 3, 8, 11)
-
-
-@pytest.fixture(scope="module")
-def confident(target, noisy_draft):
-    """(target, draft) with LM heads scaled 25x: peaked distributions, drafts accepted often, deep trees."""
-    pair = []
-    for m in (target, noisy_draft):
-        m = copy.deepcopy(m)
-        with torch.no_grad():
-            m.get_output_embeddings().weight.mul_(25)
-        pair.append(m)
-    return tuple(pair)
 
 
 CONFIGS = {
@@ -96,35 +80,11 @@ def test_mid_tree_eos_is_kept_and_counted(confident, prompt_ids):
     assert seen > 0
 
 
-class _CheckingGrower(_TreeGrower):
-    """After every step, the draft's cache must equal a fresh prefill of the context it claims to hold."""
-
-    checked = 0
-
-    def accepted(self, context, tree, verdict):
-        super().accepted(context, tree, verdict)
-        fresh = new_cache(self.decoder.draft_model)
-        forward(self.decoder.draft_model, torch.tensor([context[: self.cached]]), fresh)
-        assert self.cache.get_seq_length() == self.cached
-        for mine, ref in zip(self.cache.layers, fresh.layers):
-            torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
-            torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
-        _CheckingGrower.checked += 1
-
-
 @pytest.mark.parametrize("copy_tokens", [0, 10])
 def test_draft_kv_of_the_accepted_path_is_kept_not_recomputed(copy_tokens, confident, prompt_ids, eos_ids):
     t, d = confident
     decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=copy_tokens, eos_token_ids=eos_ids)
-    fed = 0
-    for ids in prompt_ids[:4]:
-        res = decode(t, _CheckingGrower(decoder), ids, MAX_NEW, eos_token_ids=decoder.eos_token_ids,
-                     sampling=decoder.sampling)
-        # Kept, not recomputed: each step's first draft forward feeds only what the draft has not seen (the
-        # accepted tokens it was not fed, and the bonus token), never the whole accepted path again.
-        fed += sum(s.draft_tokens_fed for s in res.steps[2:])
-        assert res.token_ids == VanillaDecoder(t, eos_token_ids=eos_ids).generate(ids, MAX_NEW).token_ids
-    assert _CheckingGrower.checked > 10 and fed > 0
+    assert_tree_draft_keeps_the_accepted_kv(decoder, prompt_ids[:4], MAX_NEW)
 
 
 def _cost(target_slope: float) -> ForwardCost:

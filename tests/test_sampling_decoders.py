@@ -40,6 +40,7 @@ import torch
 
 from decoders.common.sampling import SamplingConfig
 from decoders.hf_assisted import HFAssistedDecoder, HFGreedyDecoder
+from decoders.fixed_tree import FixedTreeDecoder
 from decoders.opt_tree import OptTreeDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
@@ -80,7 +81,12 @@ TREE_DECODERS = {
                                                          eos_token_ids=EOS, sampling=s)),
     "opt_tree/hybrid": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
                                                                 copy_tokens=3, eos_token_ids=EOS, sampling=s)),
+    "fixed_tree": ("close", lambda t, d, s: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [1, 0]],
+                                                             eos_token_ids=EOS, sampling=s)),
 }
+#: Tree decoders whose every wrong rule is rejected (the others share their verification and are shown to catch
+#: its subtlest mistake).
+FULLY_CHECKED_TREES = ("opt_tree", "opt_tree/hybrid")
 ALL_DECODERS = {**DECODERS, **TREE_DECODERS}
 #: Decoders whose step records show drafts accepted and rejected, and fully accepted drafts followed by a bonus.
 LINEAR_DRAFTS = ("speculative", "speculative/close-draft", "prompt_lookup")
@@ -88,9 +94,9 @@ LINEAR_DRAFTS = ("speculative", "speculative/close-draft", "prompt_lookup")
 #: (decoder, wrong rule, runs): every wrong rule that can show in the decoder's verification, with the runs that
 #: reject it by a wide margin (the measured p-values above).
 WRONG_CASES = [
-    *[(name, m, GROSS_RUNS) for name in ("speculative", "prompt_lookup", *TREE_DECODERS)
+    *[(name, m, GROSS_RUNS) for name in ("speculative", "prompt_lookup", *FULLY_CHECKED_TREES)
       for m in ("accept_argmax", "resample_target", "stale_bonus")],
-    *[(name, "shared_uniform", WRONG_RUNS) for name in ("speculative", "prompt_lookup", *TREE_DECODERS)],
+    *[(name, "shared_uniform", WRONG_RUNS) for name in ("speculative", "prompt_lookup", *FULLY_CHECKED_TREES)],
     *[(name, "unnormalised_residual", RUNS) for name in TREE_DECODERS],
     ("speculative/close-draft", "draft_temperature", 1000),
     ("speculative/close-draft", "draft_unwarped", WRONG_RUNS),

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from omegaconf import OmegaConf
 
-from decoders.settings import PromptLookupSettings
+from decoders.settings import FixedTreeSettings, PromptLookupSettings, tree_shape_problem
 from declare import must_be, out_of_bounds, show
 from harness.config.schemas import SOURCE_FIELDS
 
@@ -62,10 +62,14 @@ def runner_rules(rvals: Mapping[str, Any], bounded: bool) -> list[str]:
 
 def decoder_rules(schema: type, dvals: Mapping[str, Any], path: str) -> list[str]:
     """Rules across one decoder's settings (its fields keep their bounds): prompt lookup's shortest n-gram is
-    at most its longest."""
+    at most its longest; a fixed tree's paths make a tree."""
     if issubclass(schema, PromptLookupSettings) and dvals["min_ngram_size"] > dvals["max_ngram_size"]:
         return [f"{path}.min_ngram_size={dvals['min_ngram_size']}: must be <= max_ngram_size "
                 f"({dvals['max_ngram_size']})"]
+    if issubclass(schema, FixedTreeSettings):
+        problem = tree_shape_problem([tuple(p) for p in dvals["paths"]])
+        if problem:
+            return [f"{path}.paths: {problem}"]
     return []
 
 

@@ -98,10 +98,10 @@ def config_labels(rows: pd.DataFrame) -> pd.Series:
 
 #: Hyper-parameters always named in a configuration's settings (the field's core terms) ...
 CORE_PARAMS = ("gamma", "window_size", "ngram_size", "guess_set_size", "topk", "max_ngram_size", "num_draft_tokens",
-               "num_nodes")
+               "num_nodes", "paths")
 #: ... their short names, and the names of extensions (a boolean one is named without its value when on) ...
 SHORT_NAMES = {"window_size": "W", "ngram_size": "N", "guess_set_size": "G", "max_ngram_size": "n",
-               "num_draft_tokens": "draft tokens", "num_nodes": "nodes",
+               "num_draft_tokens": "draft tokens", "num_nodes": "nodes", "paths": "tree",
                "num_assistant_tokens_schedule": "schedule", "assistant_confidence_threshold": "threshold",
                "pool_from_prompt": "prompt n-grams", "free_draft_min_match": "free drafts from",
                "draft_vocab_size": "draft vocab", "stop_confidence": "stop below", "branch_confidence": "branch below",
@@ -156,6 +156,10 @@ def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = Non
             if (defaults is None or k not in defaults) and norm(v) in _OFF:
                 continue
         name = SHORT_NAMES.get(k, k)
+        if k == "paths" and isinstance(v, (list, tuple)):  # a fixed tree: its nodes per depth, e.g. tree=4+8+8+3+2
+            from decoders.settings import tree_levels
+
+            v = "+".join(map(str, tree_levels(v)))
         shown.append(name if v is True else f"{name}={'default' if v is None else fmt_value(v)}")
     return ", ".join(shown)
 

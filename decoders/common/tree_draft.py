@@ -1,0 +1,114 @@
+"""The draft model's side of a tree proposer that grows its tree one layer per draft forward.
+
+OPT-Tree (:mod:`decoders.opt_tree`) and the fixed trees (:mod:`decoders.fixed_tree`) differ only in which nodes
+they expand and keep; both feed each layer's frontier to the draft model in one forward with tree attention over
+every node fed earlier in the step, read the draft's next-token distributions, and after verification keep the
+draft's KV entries of the accepted nodes it was fed. :class:`TreeDrafter` is that shared part:
+
+* between steps its cache holds ``context[:cached]``; a step's first forward (:meth:`TreeDrafter.first_layer`)
+  feeds the rest (at least the pending token), so the draft's prompt prefill is charged to the first step;
+* within a step, the nodes fed (:meth:`TreeDrafter.layer`) follow the step's context in feed order, each named
+  by the proposer's own key (any int ``>= 0``; ``-1`` is the pending token);
+* :meth:`TreeDrafter.accepted` keeps the entries of the accepted path's fed prefix
+  (:func:`~decoders.common.kv_cache.keep_path`) and stops drafting for the sample once the target emits an id
+  the draft cannot embed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+from decoders.common.base import DraftingDecoder
+from decoders.common.driver import Verdict
+from decoders.common.forward import forward, new_cache
+from decoders.common.kv_cache import keep_path
+from decoders.common.tree import tree_attention
+
+
+class TreeDrafter:
+    """One sample's draft-model state for a layer-by-layer tree proposer (see the module docstring).
+
+    Attributes:
+        draftable: False once the sample holds an id the draft cannot embed (then the proposer drafts nothing).
+        ctx_len: the draft cache's length before this step's tree nodes (the step's context).
+        fed: node key -> its position among the nodes fed to the draft this step.
+    """
+
+    def __init__(self, decoder: DraftingDecoder):
+        self.decoder = decoder  # its draft model, shared vocabulary and sampling settings
+        self.cache = new_cache(decoder.draft_model)
+        self.cached = 0
+        self.device = decoder.draft_model.get_input_embeddings().weight.device
+        self.draftable = True
+        self.ctx_len = 0
+        self.fed: dict[int, int] = {}
+        self._feed_parents: list[int] = []  # parent of each fed node, as a position among the fed (-1: pending)
+
+    def start(self, prompt: list[int]) -> None:
+        self.draftable = self.decoder.vocab.can_embed(prompt)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The draft's distributions, ``torch.FloatTensor`` of shape ``(m, draft_vocab)``, from logits ``(m, V)``:
+        processed as the run samples (temperature, top-k, top-p), or a plain softmax when greedy."""
+        sampling = self.decoder.sampling
+        logits = logits[:, : self.decoder.vocab.draft].float()
+        return torch.softmax(logits, -1) if sampling.greedy else sampling.probs(logits)
+
+    def first_layer(self, context: list[int]) -> tuple[torch.Tensor, int]:
+        """Catch the draft up on the context (the tokens it lacks, the pending token last) and start a step.
+
+        Returns:
+            ``(probs, fed)``: the draft's distribution after the pending token, ``torch.FloatTensor`` of shape
+            ``(1, draft_vocab)`` (:meth:`probs`), and the number of tokens fed.
+        """
+        feed = context[self.cached:]
+        logits = forward(self.decoder.draft_model, torch.tensor([feed], device=self.device), self.cache,
+                         logits_to_keep=1)
+        self.ctx_len = self.cached = len(context)
+        self.fed, self._feed_parents = {}, []
+        return self.probs(logits[0]), len(feed)
+
+    def layer(self, keys: Sequence[int], tokens: Sequence[int], parent_keys: Sequence[int]) -> torch.Tensor:
+        """Feed one layer of nodes in one draft forward, each attending to the context, its fed ancestors and
+        itself.
+
+        Args:
+            keys: the proposer's key of each node (``>= 0``, new this step).
+            tokens: each node's token id.
+            parent_keys: each node's parent: a key fed earlier this step, or ``-1`` (the pending token).
+
+        Returns:
+            the draft's distribution after each node, ``torch.FloatTensor`` of shape ``(len(keys), draft_vocab)``.
+        """
+        start = len(self._feed_parents)
+        for key, parent in zip(keys, parent_keys):
+            self._feed_parents.append(self.fed[parent] if parent >= 0 else -1)
+            self.fed[key] = len(self.fed)
+        mask, pos = tree_attention(self._feed_parents, self.ctx_len, dtype=self.decoder.draft_model.dtype,
+                                   device=self.device)
+        logits = forward(self.decoder.draft_model, torch.tensor([list(tokens)], device=self.device), self.cache,
+                         position_ids=pos[:, start:], attention_mask=mask[:, :, start:])
+        return self.probs(logits[0])
+
+    def accepted(self, verdict: Verdict, path_keys: Iterable[int | None]) -> None:
+        """Keep the draft's KV entries of the accepted path's nodes that were fed (its longest fed prefix).
+
+        Args:
+            verdict: the target's verdict on the step.
+            path_keys: the key of each kept node of the accepted path, root to leaf; ``None`` for a node that was
+                never fed to the draft (e.g. a copied one).
+        """
+        if self.draftable and not self.decoder.vocab.can_embed(verdict.emitted):
+            self.draftable = False
+        if not self.fed:  # no tree node was fed to the draft (the draft cache ends at the step's context)
+            return
+        kept: list[int] = []
+        for key in path_keys:
+            if key is None or key not in self.fed:
+                break
+            kept.append(self.ctx_len + self.fed[key])
+        keep_path(self.cache, self.ctx_len, kept)
+        self.cached = self.ctx_len + len(kept)
+        self.fed, self._feed_parents = {}, []
