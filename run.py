@@ -106,6 +106,11 @@ if __name__ == "__main__":
         refuse(e)
     if folder is not None:
         hold(folder)
+        if folder.configs:
+            from harness.config.estimate import line
+            from harness.rows.machine import cpu_isa, native_half_precision
+
+            print(line(folder.configs, folder.njobs, cpu_isa(), native_half_precision("bfloat16")), flush=True)
     try:
         main()
     finally:

@@ -265,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
                                                       "table and exit; measures nothing")
     args = parser.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())))
+        try:
+            print(markdown(json.loads(args.markdown.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"error: --markdown {args.markdown}: not a saved measurement ({type(e).__name__}: {e}); give a file "
+                  "written by --json or --write-baseline", file=sys.stderr)
+            return 2
         return 0
     problem, baseline = _refusal(args)  # before any model is built
     if problem:

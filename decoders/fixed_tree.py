@@ -55,12 +55,12 @@ class TreeShape:
 
     @staticmethod
     def of(paths: Sequence[Sequence[int]]) -> "TreeShape":
-        """The shape of ``paths`` (any order).
+        """The shape of ``paths`` (a list of lists of ranks, in any order).
 
         Raises:
             ValueError: ``paths`` is not a tree shape (:func:`decoders.settings.tree_shape_problem`).
         """
-        problem = tree_shape_problem([tuple(p) for p in paths])
+        problem = tree_shape_problem(paths)
         if problem:
             raise ValueError(f"paths: {problem}")
         ordered = tuple(sorted((tuple(int(r) for r in p) for p in paths), key=lambda p: (len(p), p)))

@@ -16,7 +16,7 @@ line here, its class in ``decoders/<name>.py``, its ``conf/decoder/<name>.yaml``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from declare import Registered, at_least, between, one_of, register, setting
 
@@ -120,8 +120,10 @@ class OptTreeSettings:
 EAGLE1_TREE = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
                (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
                (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1))
-#: The most nodes a fixed tree may hold (far beyond any verify budget that pays; a typo's 10**6 refused early).
+#: The most nodes and levels a fixed tree may hold (far beyond any verify budget or draft depth that pays; a typo's
+#: 10**6 nodes or a 1000-deep chain, one draft forward per level, is refused before models load).
 MAX_TREE_NODES = 1024
+MAX_TREE_DEPTH = 64
 
 
 @dataclass
@@ -139,19 +141,25 @@ def tree_levels(paths: Sequence[Sequence[int]]) -> list[int]:
     return [sum(len(p) == d for p in paths) for d in range(1, depth + 1)]
 
 
-def tree_shape_problem(paths: Sequence[Sequence[int]]) -> str | None:
+def tree_shape_problem(paths: Any) -> str | None:
     """Why ``paths`` is not a tree shape (one line), or None. A shape is a non-empty list of distinct, non-empty
-    paths of ranks ``>= 0``, at most :data:`MAX_TREE_NODES`, each path's parent (the path less its last rank) in
-    the list too."""
+    lists of ranks (integers ``>= 0``), at most :data:`MAX_TREE_NODES` paths of at most :data:`MAX_TREE_DEPTH`
+    ranks, each path's parent (the path less its last rank) in the list too."""
+    if isinstance(paths, (str, bytes, Mapping)) or not isinstance(paths, Sequence):
+        return f"must be a list of paths (lists of ranks), e.g. [[0],[1],[0,0]]; got {type(paths).__name__}"
     if not paths:
         return "must list at least one path, e.g. [[0],[1],[0,0]]"
     if len(paths) > MAX_TREE_NODES:
         return f"{len(paths)} paths: at most {MAX_TREE_NODES}"
     seen: set[tuple[int, ...]] = set()
     for path in paths:
+        if isinstance(path, (str, bytes, Mapping)) or not isinstance(path, Sequence):
+            return f"path {path!r}: a path is a non-empty list of ranks (integers >= 0)"
         key = tuple(path)
         if not key or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in key):
             return f"path {list(key)}: a path is a non-empty list of ranks (integers >= 0)"
+        if len(key) > MAX_TREE_DEPTH:
+            return f"path of {len(key)} ranks: at most {MAX_TREE_DEPTH} levels (one draft forward each)"
         if key in seen:
             return f"path {list(key)} is listed twice"
         seen.add(key)

@@ -14,20 +14,29 @@ from __future__ import annotations
 from declare import Registered, register
 
 
-def register_task(name: str, target: str, settings: type | str) -> Registered:
-    """Register task ``name`` (also its ``task.name``): its class's import path ``target`` and its ``settings``
-    class (or that class's import path).
+#: Task name -> (samples, cells) of the whole task: problems or questions, and sample x turn cells (a two-turn
+#: question is two cells); what :mod:`harness.config.estimate` prices a run with ``task.limit`` null by.
+TASK_SIZES: dict[str, tuple[int, int]] = {}
+
+
+def register_task(name: str, target: str, settings: type | str, *, samples: int | None = None,
+                  cells: int | None = None) -> Registered:
+    """Register task ``name`` (also its ``task.name``): its class's import path ``target``, its ``settings``
+    class (or that class's import path), and the whole task's ``samples`` and ``cells`` (sample x turn; default
+    ``samples``) when known before its data is read.
 
     Raises:
         ValueError: ``name`` registered already with another class or settings.
     """
+    if samples is not None:
+        TASK_SIZES[name] = (samples, cells if cells is not None else samples)
     return register("task", name, target, settings)
 
 
-# The tasks there are: config name (schema base_task_<name>), class, declared settings.
-register_task("humaneval", "tasks.humaneval.HumanEval", "tasks.humaneval.HumanEvalSettings")
-register_task("mbpp", "tasks.mbpp.MBPP", "tasks.mbpp.MBPPSettings")
-register_task("gsm8k", "tasks.gsm8k.GSM8K", "tasks.gsm8k.GSM8KSettings")
-register_task("cnn_dm", "tasks.cnn_dm.CNNDailyMail", "tasks.cnn_dm.CNNDailyMailSettings")
-register_task("mt_bench", "tasks.mt_bench.MTBench", "tasks.mt_bench.MTBenchSettings")
-register_task("spec_bench", "tasks.spec_bench.SpecBench", "tasks.mt_bench.MTBenchSettings")
+# The tasks there are: config name (schema base_task_<name>), class, declared settings, whole size.
+register_task("humaneval", "tasks.humaneval.HumanEval", "tasks.humaneval.HumanEvalSettings", samples=164)
+register_task("mbpp", "tasks.mbpp.MBPP", "tasks.mbpp.MBPPSettings", samples=500)
+register_task("gsm8k", "tasks.gsm8k.GSM8K", "tasks.gsm8k.GSM8KSettings", samples=1319)
+register_task("cnn_dm", "tasks.cnn_dm.CNNDailyMail", "tasks.cnn_dm.CNNDailyMailSettings", samples=11490)
+register_task("mt_bench", "tasks.mt_bench.MTBench", "tasks.mt_bench.MTBenchSettings", samples=80, cells=160)
+register_task("spec_bench", "tasks.spec_bench.SpecBench", "tasks.mt_bench.MTBenchSettings", samples=480, cells=560)

@@ -120,6 +120,11 @@ def test_draft_kv_of_the_accepted_path_is_kept_not_recomputed(confident, prompt_
     ([[0], [-1]], "non-empty list of ranks"),
     ([[0], [True]], "non-empty list of ranks"),
     ([[d] for d in range(1025)], "at most 1024"),
+    ([[0] * d for d in range(1, 66)], "at most 64 levels"),
+    ("abc", "must be a list of paths"),
+    ({(0,): 1}, "must be a list of paths"),
+    ((p for p in [[0]]), "must be a list of paths"),
+    ([[0], "ab"], "path 'ab': a path is a non-empty list of ranks"),
 ])
 def test_bad_shapes_refused(paths, match, target, noisy_draft):
     assert tree_shape_problem(paths) is not None
@@ -150,6 +155,22 @@ def test_label_names_the_shape_by_nodes_per_depth():
     assert label == "tree=2+4+8"
     assert settings_label({"_target_": "decoders.fixed_tree.FixedTreeDecoder",
                            "paths": [list(p) for p in EAGLE1_TREE]}) == "tree=4+8+8+3+2"
+
+
+def test_swept_shapes_are_labelled_by_nodes_per_depth_or_spelled_out_when_those_agree():
+    import json
+
+    import pandas as pd
+
+    from harness.rows.grouping import config_labels
+
+    def labels(*shapes):
+        params = [json.dumps({"_target_": "decoders.fixed_tree.FixedTreeDecoder", "paths": p}) for p in shapes]
+        return list(config_labels(pd.DataFrame({"decoder": ["fixed_tree"] * len(shapes), "decoder_params": params})))
+
+    assert labels([[0], [1]], [[0], [0, 0]]) == ["fixed_tree (tree=2)", "fixed_tree (tree=1+1)"]
+    assert labels([[0], [1], [0, 0]], [[0], [1], [1, 0]]) == ["fixed_tree (tree=[[0],[1],[0,0]])",
+                                                              "fixed_tree (tree=[[0],[1],[1,0]])"]
 
 
 def test_generate_refusals_and_the_position_limit(tokenizer, target, noisy_draft, prompt_ids):

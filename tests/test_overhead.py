@@ -162,3 +162,11 @@ def harness_tiny(spec):
     from harness.job.models import build_tiny_random
 
     return build_tiny_random(spec["config"], seed=0, vocab_size=260)
+
+
+def test_markdown_of_a_file_that_is_no_measurement_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty.json").write_text("{}")
+    for path in (tmp_path / "missing.json", tmp_path / "empty.json"):
+        assert host_overhead.main(["--markdown", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: --markdown {path}: not a saved measurement")

@@ -127,10 +127,10 @@ def test_aggregate_numbers(sweep):
     assert g4["cost_ratio"] == pytest.approx(0.5 * 9 / 32)
     assert g4["theory_speedup"] == pytest.approx(stats.theory_speedup(19 / 32, 4, 0.5 * 9 / 32))
     assert g4["efficiency"] == pytest.approx(2.0 / (28 / 9))
-    vanilla = agg.loc[("humaneval", "vanilla")]
+    vanilla = agg.loc[("humaneval", "vanilla (gamma=4, pool_scope=task)")]
     assert vanilla["speedup"] == 1.0 and vanilla["accept_length"] == 1.0 and math.isnan(vanilla["theory_speedup"])
-    # three jobs x four samples, each paired within its own job; the same four sample ids
-    assert vanilla["rows"] == 12 and vanilla["samples"] == 4
+    # one row per job's vanilla, named by what tells the job apart: its four samples, paired within the job
+    assert vanilla["rows"] == 4 and vanilla["samples"] == 4
     la = agg.loc[("mbpp", "lookahead (pool_scope=task)")]
     assert la["speedup"] == pytest.approx(1.8) and math.isnan(la["theory_speedup"])
 
@@ -138,11 +138,12 @@ def test_aggregate_numbers(sweep):
 def test_labels_distinguish_swept_configs_and_print_integers(sweep):
     rows = report.load_rows([sweep])
     assert grouping.swept_params(rows)["speculative"] == ["gamma"]
-    assert set(rows["label"]) == {"vanilla", "speculative (gamma=2)", "speculative (gamma=4)",
+    vanillas = ["vanilla (gamma=2, pool_scope=sample)", "vanilla (gamma=4, pool_scope=task)", "vanilla (gamma=8)"]
+    assert set(rows["label"]) == {*vanillas, "speculative (gamma=2)", "speculative (gamma=4)",
                                   "speculative (gamma=8)", "lookahead (pool_scope=sample)",
                                   "lookahead (pool_scope=task)"}
-    assert metrics.ordered_labels(metrics.aggregate(rows))[:4] == [
-        "vanilla", "speculative (gamma=2)", "speculative (gamma=4)", "speculative (gamma=8)"]
+    assert metrics.ordered_labels(metrics.aggregate(rows))[:6] == [
+        *vanillas, "speculative (gamma=2)", "speculative (gamma=4)", "speculative (gamma=8)"]
     # a float-typed value (pandas turns int columns with gaps into floats) still prints as an integer
     odd = pd.DataFrame({"decoder": ["la", "la"], "decoder_params": ['{"ngram_size": 3.0}', '{"ngram_size": 4}']})
     assert list(grouping.config_labels(odd)) == ["la (ngram_size=3)", "la (ngram_size=4)"]
@@ -779,15 +780,18 @@ def test_real_shards_merge_and_other_settings_never_pool(tmp_path):
     other = _runner(tmp_path / "other", *args, "runner.warmup=0")
     both = metrics.aggregate(report.load_rows([whole, other]))
     assert both["group"].nunique() == 2 and len(both) == 6               # never pooled
-    assert all("group_identity=" in g for g in both["group"])            # named by what differs
+    assert sorted(set(both["group"])) == [                               # named by the setting that differs
+        "humaneval: tiny-random-qwen2 / tiny-random-llama [runner.warmup=0]",
+        "humaneval: tiny-random-qwen2 / tiny-random-llama [runner.warmup=1]"]
     pooled = metrics.aggregate(report.load_rows([whole, other], pool=True))
     assert pooled["group"].nunique() == 1 and len(pooled) == 3
     for gamma in (1, 2):
         _runner(tmp_path / "sweep" / str(gamma), f"decoder.speculative.gamma={gamma}")
     sweep = metrics.aggregate(report.load_rows([tmp_path / "sweep"]))
     assert sweep["group"].nunique() == 1
-    assert list(sweep["label"]) == ["vanilla", "speculative (gamma=1)", "speculative (gamma=2)"]
-    assert int(sweep.set_index("label").loc["vanilla", "rows"]) == 4   # each job's vanilla, paired in its job
+    assert list(sweep["label"]) == ["vanilla (gamma=1)", "vanilla (gamma=2)", "speculative (gamma=1)",
+                                    "speculative (gamma=2)"]
+    assert int(sweep.set_index("label").loc["vanilla (gamma=2)", "rows"]) == 2   # each job's vanilla, its own row
 
 
 def test_real_sampled_runs_over_seeds_are_one_row_per_decoder(tmp_path):
@@ -1001,13 +1005,34 @@ def test_a_quality_score_missing_in_some_rows_is_said(tmp_path):
     assert any("accuracy is missing in 1 of 4 rows" in w for w in summary.attrs["warnings"])
 
 
-def test_a_vanilla_row_pooled_over_a_sweeps_runs_says_so(sweep):
-    """A sweep's jobs each measure their own vanilla; the report's one vanilla row pools them, and each decoder is
-    paired with its own job's: the warning says that tok/s ratios against the pooled row are not the speedups."""
-    def vanilla_warnings(agg):
-        return [w for ws in agg.loc[agg["label"] == "vanilla", "warnings"] for w in ws]
+def test_a_sweeps_vanilla_rows_are_one_per_job_named_by_its_setting(tmp_path):
+    """A sweep's jobs each measure their own vanilla, and each decoder's speedup is paired with its own job's: the
+    report keeps one vanilla row per job, named by the setting that tells the job apart, each holding that job's
+    tok/s (a pooled row would hold tok/s no speedup was computed from)."""
+    for job, (gamma, factor) in enumerate([(2, 1.0), (12, 2.0), (4, 3.0)]):
+        write_run(tmp_path / "sweep" / str(job), fixture_rows(f"r{job}", tasks=["t"], gamma=gamma,
+                                                              vanilla_factor=factor))
+    agg = metrics.aggregate(report.load_rows([tmp_path / "sweep"]))
+    vanilla = agg[agg["decoder"] == "vanilla"].set_index("label")
+    assert list(vanilla.index) == ["vanilla (gamma=2)", "vanilla (gamma=4)", "vanilla (gamma=12)"]  # in order
+    for job, label in enumerate(["vanilla (gamma=2)", "vanilla (gamma=12)", "vanilla (gamma=4)"]):
+        alone = metrics.aggregate(report.load_rows([tmp_path / "sweep" / str(job)]))
+        assert vanilla.loc[label, "tokens_per_s"] == pytest.approx(
+            alone.loc[alone["decoder"] == "vanilla", "tokens_per_s"].item())
+        assert alone.loc[alone["decoder"] == "vanilla", "label"].item() == "vanilla"  # one run: plain vanilla
+    assert not any("pools the vanilla rows" in w for ws in vanilla["warnings"] for w in ws)
+    spec = agg[agg["decoder"] == "speculative"].set_index("label")
+    assert spec.loc["speculative (gamma=12)", "speedup"] == pytest.approx(
+        spec.loc["speculative (gamma=12)", "tokens_per_s"] / vanilla.loc["vanilla (gamma=12)", "tokens_per_s"],
+        rel=0.05)
 
-    pooled = vanilla_warnings(metrics.aggregate(report.load_rows([sweep])))
-    assert any("pools the vanilla rows of 3 runs" in w for w in pooled)
-    assert not any("pools the vanilla rows" in w for w in vanilla_warnings(metrics.aggregate(
-        report.load_rows([sweep / "0"]))))
+
+def test_a_vanilla_row_pooled_over_runs_no_setting_tells_apart_says_so(tmp_path):
+    """Two runs of the same settings in one report: one vanilla row pools them, and says that each decoder was
+    paired with its own run's vanilla (tok/s ratios against the pooled row are not the speedups)."""
+    write_run(tmp_path / "runs" / "a", fixture_rows("a", tasks=["t"], vanilla_factor=1.0))
+    write_run(tmp_path / "runs" / "b", fixture_rows("b", tasks=["t"], vanilla_factor=2.0))
+    agg = metrics.aggregate(report.load_rows([tmp_path / "runs"]))
+    assert agg.loc[agg["decoder"] == "vanilla", "label"].tolist() == ["vanilla"]
+    warnings = agg.loc[agg["decoder"] == "vanilla", "warnings"].item()
+    assert any("pools the vanilla rows of 2 runs that no decoder setting tells apart" in w for w in warnings)

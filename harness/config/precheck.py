@@ -7,6 +7,7 @@ here for the same reason.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
@@ -157,9 +158,10 @@ def check_choices(argv: Sequence[str]) -> None:
                               "(docs/experiments.md, \"Tuning protocol\").")
 
 
-def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> list[list[str]]:
+def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[list[str]], int]:
     """Override lists covering every value of every sweep once (not the cross product): the first point takes
-    each sweep's first value, each further point changes one sweep to one other value."""
+    each sweep's first value, each further point changes one sweep to one other value; and the number of jobs
+    (the cross product's size)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -182,14 +184,17 @@ def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> list[
     for key, values in sweeps.items():
         for v in values[1:]:
             points.append(fixed + [v if k == key else f for k, f in first.items()])
-    return points
+    return points, math.prod(len(v) for v in sweeps.values() if v)
 
 
 class Folder(NamedTuple):
-    """Where a command's jobs write: the single run's folder, or (``multirun``) the sweep's root."""
+    """Where a command's jobs write: the single run's folder, or (``multirun``) the sweep's root; and what prices
+    them (:func:`harness.config.estimate.line`): the composed config of each job checked and the number of jobs."""
 
     path: Path
     multirun: bool = False
+    configs: tuple = ()
+    njobs: int = 1
 
 
 def precheck(argv: Sequence[str]) -> Folder | None:
@@ -258,16 +263,16 @@ def precheck(argv: Sequence[str]) -> Folder | None:
         except Exception:  # an interpolation only Hydra's runtime resolves
             return None
         check_run_dir(run_dir)
-        return Folder(run_dir)
+        return Folder(run_dir, configs=(base,))
     params = base.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
-    points = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
-    for point in points[:MAX_PRECHECK_COMPOSES]:
-        compose(point)
+    points, njobs = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
+    configs = [compose(point) for point in points[:MAX_PRECHECK_COMPOSES]]
     try:
-        return Folder(Path(str(base.hydra.sweep.dir)), multirun=True)
+        sweep_dir = Path(str(base.hydra.sweep.dir))
     except Exception:  # an interpolation only Hydra's runtime resolves
         return None
+    return Folder(sweep_dir, multirun=True, configs=tuple(configs), njobs=njobs)
 
 
 def check_run_dir(run_dir: Path) -> None:

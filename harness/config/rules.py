@@ -67,7 +67,7 @@ def decoder_rules(schema: type, dvals: Mapping[str, Any], path: str) -> list[str
         return [f"{path}.min_ngram_size={dvals['min_ngram_size']}: must be <= max_ngram_size "
                 f"({dvals['max_ngram_size']})"]
     if issubclass(schema, FixedTreeSettings):
-        problem = tree_shape_problem([tuple(p) for p in dvals["paths"]])
+        problem = tree_shape_problem(dvals["paths"])
         if problem:
             return [f"{path}.paths: {problem}"]
     return []

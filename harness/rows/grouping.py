@@ -75,8 +75,12 @@ def decoder_classes(rows: pd.DataFrame) -> pd.Series:
 def swept_by_class(rows: pd.DataFrame) -> dict[str, list[str]]:
     """decoder class -> the hyper-parameters that take more than one value among its configurations (a grid
     of named configurations, ``lookahead_w4n3g4``, ``lookahead_w8n3g8``, ..., sweeps ``window_size`` and
-    ``guess_set_size`` of ``LookaheadDecoder``): the x axes of the sweep figure."""
-    return swept_params(rows.assign(decoder=decoder_classes(rows)))
+    ``guess_set_size`` of ``LookaheadDecoder``): the x axes of the sweep figure. A list-valued setting (a fixed
+    tree's ``paths``) is no axis: its configurations are told apart by their labels."""
+    swept = swept_params(rows.assign(decoder=decoder_classes(rows)))
+    listed = {k for ps in (rows["decoder_params"].dropna().unique() if "decoder_params" in rows else [])
+              for k, v in params_of(ps).items() if isinstance(v, (list, tuple))}
+    return {cls: [k for k in keys if k not in listed] for cls, keys in swept.items()}
 
 
 def config_labels(rows: pd.DataFrame) -> pd.Series:
@@ -85,6 +89,13 @@ def config_labels(rows: pd.DataFrame) -> pd.Series:
     values print as integers."""
     varying = swept_params(rows)
     params = rows["decoder_params"] if "decoder_params" in rows else pd.Series([None] * len(rows), index=rows.index)
+    # a fixed tree's shape by its nodes per depth, unless two swept shapes share them (then written out)
+    shapes: dict[str, set] = {}
+    for dec, ps in zip(rows["decoder"], params):
+        if "paths" in (varying.get(dec) or []):
+            shapes.setdefault(dec, set()).add(json.dumps(norm(params_of(ps).get("paths"))))
+    spelled = {dec for dec, vals in shapes.items()
+               if len({param_text("paths", json.loads(v)) for v in vals}) < len(vals)}
     labels = []
     for dec, ps in zip(rows["decoder"], params):
         keys = varying.get(dec) or []
@@ -92,8 +103,23 @@ def config_labels(rows: pd.DataFrame) -> pd.Series:
             labels.append(str(dec))
             continue
         p = params_of(ps)
-        labels.append(f"{dec} (" + ", ".join(f"{k}={fmt_value(p.get(k))}" for k in keys) + ")")
+        labels.append(f"{dec} (" + ", ".join(
+            f"{SHORT_NAMES.get(k, k)}={param_text(k, p.get(k), spelled=dec in spelled)}" if k == "paths" else
+            f"{k}={fmt_value(p.get(k))}" for k in keys) + ")")
     return pd.Series(labels, index=rows.index, dtype=object)
+
+
+def param_text(key: str, value: Any, spelled: bool = False) -> str:
+    """A hyper-parameter's value as labels and settings show it (:func:`fmt_value`); a fixed tree's ``paths`` by its
+    nodes per depth (``4+8+8+3+2``), or written out as ``[[0],[1],[0,0]]`` with ``spelled`` (two shapes of the same
+    nodes per depth)."""
+    if key == "paths" and isinstance(value, (list, tuple)):
+        if spelled:
+            return "[" + ",".join("[" + ",".join(map(str, p)) + "]" for p in value) + "]"
+        from decoders.settings import tree_levels  # torch-free
+
+        return "+".join(map(str, tree_levels(value)))
+    return fmt_value(value)
 
 
 #: Hyper-parameters always named in a configuration's settings (the field's core terms) ...
@@ -156,11 +182,7 @@ def settings_label(decoder_params: Any, defaults: Mapping[str, Any] | None = Non
             if (defaults is None or k not in defaults) and norm(v) in _OFF:
                 continue
         name = SHORT_NAMES.get(k, k)
-        if k == "paths" and isinstance(v, (list, tuple)):  # a fixed tree: its nodes per depth, e.g. tree=4+8+8+3+2
-            from decoders.settings import tree_levels
-
-            v = "+".join(map(str, tree_levels(v)))
-        shown.append(name if v is True else f"{name}={'default' if v is None else fmt_value(v)}")
+        shown.append(name if v is True else f"{name}={'default' if v is None else param_text(k, v)}")
     return ", ".join(shown)
 
 
@@ -188,14 +210,34 @@ def _short(field: str, value: Any) -> str:
     return v[:7] if field == "git_commit" and len(v) > 12 else v
 
 
+def _settings_names(labels: Sequence[str], keys: Sequence[tuple], settings: pd.Series) -> dict[tuple, str]:
+    """(label, identity key) -> the run settings that tell the groups sharing that label apart
+    (``runner.warmup=0``; the ``run_settings`` column, :func:`harness.rows.results.run_settings`), for labels whose
+    every group has them and no two groups alike; other labels keep the hash."""
+    by_label: dict[str, dict[tuple, set]] = {}
+    for lab, k, text in zip(labels, keys, settings):
+        by_label.setdefault(lab, {}).setdefault(k, set()).add(text if isinstance(text, str) else None)
+    out: dict[tuple, str] = {}
+    for lab, groups in by_label.items():
+        parts = {k: [dict.fromkeys(t.split(", ")) for t in texts if t] for k, texts in groups.items()}
+        if len(groups) < 2 or any(len(texts) != 1 or None in texts for texts in groups.values()):
+            continue
+        common = set.intersection(*(set(p[0]) for p in parts.values()))  # settings every group of the label shares
+        names = {k: ", ".join(x for x in p[0] if x not in common) for k, p in parts.items()}
+        if all(names.values()) and len(set(names.values())) == len(names):
+            out.update({(lab, k): n for k, n in names.items()})
+    return out
+
+
 def run_groups(rows: pd.DataFrame, pool: bool = False) -> tuple[pd.Series, list[str]]:
     """Group label of each row (one group per setting, see the module docstring) and the identity fields that
     vary.
 
     The label is ``task: target / draft``, plus ``(field=value, ...)`` for the readable identity fields that
-    differ between the groups (``git_commit`` shortened to 7 characters, e.g. ``temperature=0.7``); the hash
-    ``group_identity`` (8 characters) is added only to labels that the readable fields leave equal for
-    different groups (two runs that differ in, say, a model seed or the prompt style). With ``pool=True`` only
+    differ between the groups (``git_commit`` shortened to 7 characters, e.g. ``temperature=0.7``); groups that the
+    readable fields leave alike (two runs that differ in, say, the warm-up or the prompt style) are told apart by
+    the run settings that differ (``[runner.warmup=0]``, from the run folders' ``meta.json``), else by the hash
+    ``group_identity`` (8 characters). With ``pool=True`` only
     task and model pair separate groups, and a warning names the identity fields that were pooled.
 
     Returns:
@@ -217,7 +259,10 @@ def run_groups(rows: pd.DataFrame, pool: bool = False) -> tuple[pd.Series, list[
         label_keys: dict[str, set] = {}
         for lab, k in zip(base, keys):
             label_keys.setdefault(lab, set()).add(k)
+        settings = rows["run_settings"] if "run_settings" in rows else pd.Series([None] * len(rows), index=rows.index)
+        named = _settings_names(base, keys, settings)
         base = pd.Series([lab if len(label_keys[lab]) == 1 else
+                          f"{lab} [{named[(lab, k)]}]" if (lab, k) in named else
                           f"{lab} [" + ", ".join(f"{f}={_short(f, k[i])}" for i, f in hashed) + "]"
                           for lab, k in zip(base, keys)], index=rows.index, dtype=object)
     if pool:
@@ -240,9 +285,9 @@ def is_sampled(rows: pd.DataFrame) -> pd.Series:
 
 
 def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
-    """``rows`` with the columns every aggregate needs: ``model_pair``, ``label`` (decoder configuration),
-    ``group`` (run identity), on rows read as today's (:func:`harness.rows.legacy.upgrade`: what older rows
-    lack). Idempotent."""
+    """``rows`` with the columns every aggregate needs: ``model_pair``, ``label`` (decoder configuration; a
+    sweep's vanilla rows named by their run, :func:`run_vanilla_labels`), ``group`` (run identity), on rows read as
+    today's (:func:`harness.rows.legacy.upgrade`: what older rows lack). Idempotent."""
     check_columns(rows)
     rows = legacy.upgrade(rows)
     rows["model_pair"] = model_pair(rows)
@@ -250,7 +295,43 @@ def prepare(rows: pd.DataFrame, pool: bool = False) -> pd.DataFrame:
         rows["label"] = config_labels(rows)
     if "group" not in rows or pool:
         rows["group"], _ = run_groups(rows, pool)
+    rows["label"] = run_vanilla_labels(rows)
     return rows
+
+
+def run_ids(rows: pd.DataFrame) -> pd.Series:
+    """The run each row comes from: its ``run_identity`` (the shards of one run share it), else its ``run_dir``
+    (rows written before run identities existed); None where neither is known."""
+    for col in ("run_identity", "run_dir"):
+        if col in rows and rows[col].notna().all():
+            return rows[col].astype(str)
+    return pd.Series([None] * len(rows), index=rows.index, dtype=object)
+
+
+def run_vanilla_labels(rows: pd.DataFrame) -> pd.Series:
+    """``rows``' labels, with each vanilla row named by its run where its group holds the runs of a sweep over
+    decoder settings: the jobs of ``decoder.speculative.gamma=2,4`` each measure their own vanilla, and every other
+    row's speedup is paired with its own run's, so one vanilla row pooled over the jobs would hold tok/s that no
+    speedup was computed from. The name is the settings that tell the run's other configurations apart
+    (``vanilla (gamma=4)``, from ``speculative (gamma=4)``); runs that no setting tells apart (seed replicates,
+    shards, repeated runs) keep one pooled ``vanilla`` row. Idempotent (only rows labelled ``vanilla`` change)."""
+    labels = rows["label"].copy()
+    if "group" not in rows or "decoder_params" not in rows:
+        return labels
+    runs, varying = run_ids(rows), swept_params(rows)
+    for _, g in rows.assign(_run=runs).groupby("group", sort=False):
+        names: dict[Any, str] = {}
+        for run, r in g.groupby("_run", sort=False):
+            parts = dict.fromkeys(f"{k}={fmt_value(params_of(ps).get(k))}"
+                                  for dec, ps in zip(r["decoder"], r["decoder_params"]) if dec != "vanilla"
+                                  for k in varying.get(dec) or [])
+            names[run] = ", ".join(parts)
+        if len(names) < 2 or len(set(names.values())) < 2 or not all(names.values()):
+            continue
+        for run, name in names.items():
+            mine = g.index[(g["_run"] == run) & (g["decoder"] == "vanilla") & (g["label"] == "vanilla")]
+            labels.loc[mine] = f"vanilla ({name})"
+    return labels
 
 
 def check_columns(rows: pd.DataFrame) -> None:

@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -98,7 +99,7 @@ from harness.rows.columns import (PAIR_KEYS, RUN_IDENTITY_FIELDS, SUMMARY_COLUMN
 from harness.rows.flags import (LOAD_MARGIN, emulated_half_warning, load_stats, run_warnings, load_warning,
                                 lossless_quality_flags, replicate_noise)
 from harness.rows.grouping import (decoder_param_columns, ok_rows, params_of, prepare,
-                                   quality_columns as find_quality, settings_label)
+                                   quality_columns as find_quality, run_ids, settings_label)
 
 #: Re-exported: the per-cell figures live in :mod:`harness.rows.cell_figures`.
 __all__ = ["aggregate", "cost_ratio_of", "counters", "figure_rows", "ordered_labels", "paired_speedups", "summarize"]
@@ -173,7 +174,7 @@ def _order(agg: pd.DataFrame) -> pd.DataFrame:
         r = agg.iloc[i]
         p = params_of(r.get("decoder_params"))
         return (groups[r["group"]], dec_order.index(r["decoder"]), *[natural(p.get(k)) for k in params],
-                str(r["label"]))
+                [natural(part) for part in re.split(r"(\d+(?:\.\d+)?)", str(r["label"]))])  # gamma=2 before =12
 
     return agg.iloc[sorted(range(len(agg)), key=key)].reset_index(drop=True)
 
@@ -259,8 +260,9 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
             runs = _runs(all_g)
             if rec["decoder"] == "vanilla" and len(runs) > 1:
                 warnings.append(f"{rec['label']} ({rec['group']}): this row pools the vanilla rows of {len(runs)} "
-                                "runs (a sweep's jobs, each with its own vanilla); every other row's speedup is "
-                                "paired with its own run's vanilla, so its tok/s over this row's is not its speedup")
+                                "runs that no decoder setting tells apart (each run measured its own vanilla); every "
+                                "other row's speedup is paired with its own run's vanilla, so its tok/s over this "
+                                "row's is not its speedup")
             rec["load_max"], rec["rows_over_load"], rec["usable_cores"] = load_stats(ok_rows(all_g), load_margin)
             load_note, half_note = notes[key[0]]
             warnings += [w for w in (load_note if rec["rows_over_load"] else None, half_note) if w]
@@ -273,10 +275,8 @@ def aggregate(rows: pd.DataFrame, *, quality: Sequence[str] | None = None, cost_
 
 
 def _runs(g: pd.DataFrame) -> list[str]:
-    """The runs ``g``'s rows come from: their run identities (the shards of one run share one), else their run
-    folders."""
-    col = "run_identity" if "run_identity" in g and g["run_identity"].notna().all() else "run_dir"
-    return list(g[col].dropna().astype(str).unique()) if col in g else []
+    """The runs ``g``'s rows come from (:func:`harness.rows.grouping.run_ids`)."""
+    return list(run_ids(g).dropna().unique())
 
 
 def _cell_identity(rec: dict[str, Any], all_g: pd.DataFrame, params: Sequence[str]) -> dict[str, Any]:

@@ -16,13 +16,13 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from harness.rows import cells as coverage
 from harness.rows import grouping, legacy
-from harness.rows.columns import invalid_row, row_problem
+from harness.rows.columns import fmt_value, invalid_row, row_problem
 from harness.rows.identity import latest_rows
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
         FileNotFoundError: a path does not exist. ValueError: no valid row (every line was left out: the
             warnings say why).
     """
-    frames, warnings = [], []
+    frames, warnings, settings = [], [], []
     files = find_result_files(paths, warnings)
     for w in warnings:
         log.warning("%s", w)
@@ -189,14 +189,34 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
         if rows.empty:
             continue
         rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
-        frames.append(legacy.upgrade(rows, _meta(f.parent) if f.name == "results.jsonl" else None))
+        meta = _meta(f.parent) if f.name == "results.jsonl" else None
+        settings.append((meta or {}).get("identity"))
+        frames.append(legacy.upgrade(rows, meta))
     if not frames:
         if warnings:
             raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
         return pd.DataFrame()
+    for frame, text in zip(frames, run_settings(settings)):
+        frame["run_settings"] = text
     rows = _finish(pd.concat(frames, ignore_index=True), pool)
     rows.attrs["warnings"] = [*warnings, *rows.attrs["warnings"]]
     return rows
+
+
+#: Run-identity keys (``meta.json`` ``identity``) never used to tell run groups apart: each decoder's own settings
+#: (a configuration's label shows them), versions and machine (row columns), the data's fingerprint and size.
+UNSHOWN_SETTINGS = ("decoder.", "code.", "packages.", "machine.", "data.", "runner.seed", "runner.shard")
+
+
+def run_settings(identities: Sequence[Mapping[str, Any] | None]) -> list[str | None]:
+    """Per run (its ``meta.json`` run identity, or None): the settings that differ among the runs read together,
+    as ``runner.warmup=0, task.prompt_style=plain`` -- what names two run groups that the rows' own columns leave
+    alike (:func:`harness.rows.grouping.run_groups`); None for a run without an identity."""
+    known = [i for i in identities if isinstance(i, Mapping)]
+    keys = sorted({k for i in known for k in i if not k.startswith(UNSHOWN_SETTINGS)})
+    differ = [k for k in keys if len({json.dumps(i.get(k), sort_keys=True, default=str) for i in known}) > 1]
+    return [", ".join(f"{k}={fmt_value(i.get(k))}" for k in differ) if isinstance(i, Mapping) else None
+            for i in identities]
 
 
 def _meta(run_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,92 @@
+"""The cost table ``run.py`` prices a command by before it starts (:mod:`harness.config.estimate`), from measured
+runs::
+
+    .venv/bin/python benchmarks/costs.py RUN [RUN ...]           # the entries these runs give, printed
+    .venv/bin/python benchmarks/costs.py RUN [RUN ...] --write   # merged into benchmarks/baselines/costs.json
+
+A run gives one entry per machine class of its rows (the model pair's config name, the dtype, the CPU's
+instruction sets ``cpu_isa``): vanilla's tokens/s and mean time to the first token, per task and over all tasks;
+every decoder configuration's speedup (the report's: the mean of per-sample speedups, paired with vanilla in the
+same run) and each decoder class's mean speedup. An entry written again replaces the old one of its class, so the
+table follows the latest measurement; ``source`` names the runs it came from. Rows of another machine class never
+mix. Exit 2 with one line when a run has no usable rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.config.estimate import COSTS_FILE, load_costs, machine_key  # noqa: E402
+
+
+def entries(run_dirs: list[str]) -> dict[str, dict]:
+    """Cost entries by machine-class key from the runs' rows (ok rows paired with vanilla, as the report counts)."""
+    import pandas as pd
+
+    from harness.rows import metrics
+    from harness.rows.results import load_rows
+    from harness.rows.values import num
+
+    rows = load_rows(run_dirs)
+    if rows.empty or "cpu_isa" not in rows:
+        return {}
+    ok = rows[rows["status"] == "ok"]
+    out: dict[str, dict] = {}
+    for (model, dtype, isa), g in ok.groupby(["model", "dtype", "cpu_isa"], dropna=True):
+        agg = metrics.aggregate(g)
+        vanilla = g[g["decoder"] == "vanilla"]
+        if vanilla.empty:
+            continue
+        tasks = {str(t): {"vanilla_tokens_per_s": round(float(num(v["tokens_per_s"]).mean()), 4),
+                          "prefill_s": round(float(num(v["ttft_s"]).mean()), 4)}
+                 for t, v in vanilla.groupby("task")} if "ttft_s" in vanilla else {}
+        speedup = {str(d): round(float(s), 4) for d, s in agg.groupby("decoder")["speedup"].mean().items()
+                   if d != "vanilla" and pd.notna(s)}
+        classes = agg.assign(cls=agg["decoder_class"].astype(str).str.rsplit(".", n=1).str[-1])
+        class_speedup = {str(c): round(float(s), 4) for c, s in classes.groupby("cls")["speedup"].mean().items()
+                         if pd.notna(s)}
+        out[machine_key(str(model), str(dtype), str(isa))] = {
+            "model": str(model), "dtype": str(dtype), "cpu_isa": str(isa),
+            "device_name": str(vanilla["device_name"].iloc[0]) if "device_name" in vanilla else str(isa),
+            "vanilla_tokens_per_s": round(float(num(vanilla["tokens_per_s"]).mean()), 4),
+            "prefill_s": round(float(num(vanilla["ttft_s"]).mean()), 4) if "ttft_s" in vanilla else 0.0,
+            "tasks": tasks, "speedup": speedup, "class_speedup": class_speedup,
+            "samples": int(vanilla["sample_id"].nunique()),
+            "source": [str(Path(r)) for r in run_dirs
+                       if any(Path(d).resolve().is_relative_to(Path(r).resolve()) for d in g["run_dir"].unique())],
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders, sweep folders or results.jsonl files")
+    parser.add_argument("--write", action="store_true", help=f"merge the entries into {COSTS_FILE.name}")
+    parser.add_argument("--table", type=Path, default=COSTS_FILE, help="the cost table (default: %(default)s)")
+    args = parser.parse_args(argv)
+    missing = [r for r in args.runs if not Path(r).exists()]
+    if missing:
+        print(f"error: no such run folder or file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    found = entries(args.runs)
+    if not found:
+        print("error: no ok rows with a vanilla row and the machine's cpu_isa in these runs; give run folders "
+              "written by run.py (with vanilla among the decoders)", file=sys.stderr)
+        return 2
+    print(json.dumps(found, indent=1, sort_keys=True))
+    if args.write:
+        table = load_costs(args.table)
+        table["entries"].update(found)
+        args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {len(found)} entr{'y' if len(found) == 1 else 'ies'} into {args.table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""How long a command will run, said before it starts: ``run.py`` prints :func:`estimate`'s line after the
+precheck, priced by the cost table ``benchmarks/baselines/costs.json`` (measured runs, refreshed by
+``python benchmarks/costs.py RUN ...``). Torch-free, like the precheck.
+
+A cost entry is one machine class: the model pair's config name, the dtype, and the CPU's instruction sets
+(:func:`harness.rows.machine.cpu_isa`: a Zen 3 without AVX-512 and a Zen 4 with bf16 units run one model several
+times apart). It holds vanilla's tokens/s and mean time to the first token (the prefill), per measured task and
+over all, and each measured decoder configuration's speedup (and each decoder class's mean). One cell of decoder
+``d`` costs ``prefill_s + tokens / (vanilla_tokens_per_s * speedup_d)`` with ``tokens`` the generation budget (an upper bound: an EOS ends most cells earlier); a job costs
+its cells (samples x turns x repeats, for every decoder) and the warm-up calls; a sweep costs its jobs. A decoder
+configuration the table has not measured is priced by the mean of its class's measured configurations, else at
+vanilla's speed, and the line names it. No estimate without an entry for the machine class (a GPU, another CPU,
+another dtype): the line says what would add one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+#: The cost table (:mod:`benchmarks.costs` writes it).
+COSTS_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "baselines" / "costs.json"
+
+
+def machine_key(model: str, dtype: str, cpu_isa: str) -> str:
+    """The cost table's key of a machine class: ``qwen2.5-coder-1.5b|float32|avx2``."""
+    return f"{model}|{dtype}|{cpu_isa}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one job will run, read from its composed config.
+
+    Attributes:
+        task: the task's name (prefill and vanilla's speed are measured per task where the table has it).
+        decoders: decoder config name -> its class's import path (``_target_``).
+        cells: timed calls per decoder (samples x turns x repeats).
+        tokens: the generation budget per call (new tokens at most).
+        warmup_calls: untimed calls per decoder, of ``warmup_tokens`` tokens each.
+        warmup_tokens: new tokens of a warm-up call.
+    """
+
+    task: str
+    decoders: Mapping[str, str]
+    cells: int
+    tokens: int
+    warmup_calls: int
+    warmup_tokens: int
+
+
+def job_of(cfg: Any, task_sizes: Mapping[str, tuple[int, int]]) -> Job | None:
+    """The :class:`Job` of a composed config (``decoder``, ``task``, ``runner`` nodes), or None when its size is not
+    known before it runs (an explicit list of sample ids is counted; a task whose whole size is not registered,
+    with ``task.limit`` null, is not).
+
+    Args:
+        cfg: the composed config (a DictConfig or a mapping of mappings).
+        task_sizes: task name -> (samples, cells) of the whole task (:data:`TASK_SIZES`).
+    """
+    task, runner = cfg["task"], cfg["runner"]
+    samples, cells = task_sizes.get(str(task["name"]), (None, None))
+    ids = runner.get("sample_ids")
+    if ids:
+        count = len(ids)
+    elif task.get("limit") is not None:
+        count = int(task["limit"])
+        if samples is not None:
+            count = max(0, min(count, samples - int(task.get("offset") or 0)))
+    elif samples is not None and task.get("split") in (None, "test"):  # the registered size is the test split's
+        count = max(0, samples - int(task.get("offset") or 0))
+    else:
+        return None
+    turns = (cells / samples) if samples else 1.0
+    tokens = runner.get("max_new_tokens") or task.get("max_new_tokens")
+    if not tokens:
+        return None
+    decoders = {str(k): str(v.get("_target_", "")) for k, v in cfg["decoder"].items()}
+    return Job(str(task["name"]), decoders, math.ceil(count * turns) * int(runner.get("repeats") or 1), int(tokens),
+               int(runner.get("warmup") or 0), int(runner.get("warmup_tokens") or 0))
+
+
+def price(job: Job, entry: Mapping[str, Any]) -> tuple[float, list[str]]:
+    """``(seconds, unmeasured)``: the job's expected wall time on the machine class of ``entry`` (a cost table
+    entry), and its decoder configurations that entry has not measured (priced by their class, else as vanilla)."""
+    here = entry.get("tasks", {}).get(job.task, {})
+    v = float(here.get("vanilla_tokens_per_s", entry["vanilla_tokens_per_s"]))
+    prefill = float(here.get("prefill_s", entry["prefill_s"]))
+    measured: Mapping[str, float] = entry.get("speedup", {})
+    by_class: Mapping[str, float] = entry.get("class_speedup", {})
+    total, unmeasured = 0.0, []
+    for name, target in job.decoders.items():
+        speedup = measured.get(name)
+        if speedup is None:
+            speedup = by_class.get(target.rsplit(".", 1)[-1], 1.0)
+            if name != "vanilla":
+                unmeasured.append(name)
+        rate = v * max(float(speedup), 1e-3)
+        total += job.cells * (prefill + job.tokens / rate) + job.warmup_calls * (prefill + job.warmup_tokens / rate)
+    return total, unmeasured
+
+
+def load_costs(path: Path | None = None) -> dict[str, Any]:
+    """The cost table at ``path`` (default :data:`COSTS_FILE`) as ``{"entries": {key: entry}}``; empty when the file
+    is absent or unreadable."""
+    try:
+        doc = json.loads((path or COSTS_FILE).read_text())
+        return doc if isinstance(doc.get("entries"), dict) else {"entries": {}}
+    except (OSError, ValueError, AttributeError):
+        return {"entries": {}}
+
+
+def say(minutes: float) -> str:
+    """``~7 min``, ``~2.4 h``."""
+    return f"~{minutes:.0f} min" if minutes < 90 else f"~{minutes / 60:.1f} h"
+
+
+def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[str, Any] | None = None) -> str:
+    """One line: the expected wall time of ``njobs`` jobs like ``jobs`` (every composed sweep point; their mean is
+    taken for the jobs not composed) on the machine class ``key`` (:func:`machine_key`), or why there is none."""
+    entry = (costs if costs is not None else load_costs())["entries"].get(key)
+    if entry is None:
+        return (f"estimated time: unknown (no measured costs for {key.replace('|', ', ')} in "
+                f"benchmarks/baselines/{COSTS_FILE.name}; python benchmarks/costs.py <a run folder of this machine> "
+                "--write adds them)")
+    if not jobs or any(j is None for j in jobs):
+        return "estimated time: unknown (a job's size is known only once its task data is read)"
+    priced = [price(j, entry) for j in jobs if j is not None]
+    seconds = sum(s for s, _ in priced) / len(priced) * njobs
+    unmeasured = sorted({n for _, names in priced for n in names})
+    first = jobs[0]
+    line = (f"estimated time: {say(seconds / 60)} ({njobs} job{'s' if njobs != 1 else ''}; "
+            f"{len(first.decoders)} decoders x {first.cells} cells x at most {first.tokens} tokens per job; costs "
+            f"measured on {entry.get('device_name', key)}: {', '.join(entry.get('source', [])) or '?'})")
+    if unmeasured:
+        line += f"; not measured, priced by their class or as vanilla: {', '.join(unmeasured)}"
+    return line
+
+
+def line(configs: Sequence[Any], njobs: int, cpu_isa: str, native_bf16: bool | None) -> str:
+    """The line ``run.py`` prints before a run: :func:`estimate` of ``njobs`` jobs like the composed ``configs``
+    (:class:`harness.config.precheck.Folder`) on this machine (``cpu_isa`` and whether it computes bfloat16
+    natively, :mod:`harness.rows.machine`, so ``model.dtype=auto`` resolves as the run will). Never raises: an
+    estimate never stops a run that passed its checks."""
+    try:
+        from omegaconf import OmegaConf
+
+        from harness.config.rules import _no_cuda_without_torch
+        from tasks import TASK_SIZES
+
+        cfg = configs[0]
+        device, dtype = str(OmegaConf.select(cfg, "device") or "auto"), str(OmegaConf.select(cfg, "model.dtype"))
+        if device.startswith(("cuda", "mps", "xpu")) or (device == "auto" and _no_cuda_without_torch() is None):
+            return "estimated time: unknown (no cost table for accelerators yet; benchmarks/costs.py adds one)"
+        if dtype == "auto":  # harness.job.models.resolve_dtype on a CPU
+            dtype = "bfloat16" if native_bf16 else "float32"
+        jobs = [job_of(c, TASK_SIZES) for c in configs]
+        return estimate(jobs, njobs, machine_key(str(OmegaConf.select(cfg, "model.name")), dtype, cpu_isa))
+    except Exception as e:
+        return f"estimated time: unknown ({type(e).__name__}: {e})"

@@ -1,0 +1,106 @@
+"""The time a command will take, said before it starts (harness/config/estimate.py; benchmarks/costs.py refreshes
+the cost table from measured runs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.config import estimate
+from harness.config.compose import compose
+from harness.config.precheck import precheck
+from tasks import TASK_SIZES
+from tests.fixture_rows import fixture_rows, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = {"vanilla_tokens_per_s": 2.0, "prefill_s": 1.0, "tasks": {"gsm8k": {"vanilla_tokens_per_s": 4.0,
+                                                                            "prefill_s": 3.0}},
+         "speedup": {"speculative": 2.0}, "class_speedup": {"SpeculativeDecoder": 1.6},
+         "source": ["results/x"], "device_name": "test cpu"}
+
+
+def test_a_job_is_priced_cell_by_cell():
+    job = estimate.Job("humaneval", {"vanilla": "decoders.vanilla.VanillaDecoder",
+                                     "speculative": "decoders.speculative.SpeculativeDecoder",
+                                     "speculative_wide": "decoders.speculative.SpeculativeDecoder",
+                                     "lookahead": "decoders.lookahead.LookaheadDecoder"},
+                       cells=3, tokens=64, warmup_calls=1, warmup_tokens=16)
+    seconds, unmeasured = estimate.price(job, ENTRY)
+    # per decoder: 3 x (1 + 64 / rate) + (1 + 16 / rate); rates 2 (vanilla), 4 (measured), 3.2 (its class), 2
+    expected = sum(3 * (1 + 64 / r) + (1 + 16 / r) for r in (2.0, 4.0, 3.2, 2.0))
+    assert seconds == pytest.approx(expected)
+    assert unmeasured == ["speculative_wide", "lookahead"]
+    gsm8k = estimate.Job("gsm8k", {"vanilla": "decoders.vanilla.VanillaDecoder"}, 2, 10, 0, 16)
+    assert estimate.price(gsm8k, ENTRY)[0] == pytest.approx(2 * (3.0 + 10 / 4.0))  # the task's own measurement
+
+
+@pytest.mark.parametrize("overrides, cells, tokens", [
+    (["task=humaneval", "task.limit=3", "runner.max_new_tokens=null"], 3, 512),     # the task's own budget
+    (["task=mt_bench", "task.limit=3", "runner.max_new_tokens=64"], 6, 64),         # two turns per question
+    (["task=humaneval", "task.limit=null", "task.offset=160", "runner.repeats=2"], 8, 128),  # 4 left, twice
+    (["task=humaneval", "runner.sample_ids=[HumanEval/1,HumanEval/3]"], 2, 128),   # the main job's budget
+])
+def test_a_jobs_cells_and_budget_come_from_its_config(overrides, cells, tokens):
+    job = estimate.job_of(compose(overrides), TASK_SIZES)
+    assert (job.cells, job.tokens) == (cells, tokens)
+    assert set(job.decoders) == set(compose(overrides)["decoder"])
+
+
+def test_a_job_of_unknown_size_is_not_guessed():
+    validation = compose(["task=mbpp", "task.split=validation", "task.limit=null"])
+    assert estimate.job_of(validation, TASK_SIZES) is None  # its size is not the registered test split's
+    assert "known only once its task data is read" in estimate.estimate([None], 1, "k", {"entries": {"k": ENTRY}})
+
+
+def test_no_entry_for_the_machine_says_what_adds_one():
+    line = estimate.estimate([], 1, estimate.machine_key("m", "float32", "avx2"), {"entries": {}})
+    assert line.startswith("estimated time: unknown (no measured costs for m, float32, avx2")
+    assert "benchmarks/costs.py" in line
+
+
+def test_a_sweep_is_priced_job_by_job(tmp_path, monkeypatch):
+    """experiment=gamma_ablation: 7 jobs (one per gamma), each priced from its composed config."""
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({"entries": {estimate.machine_key("qwen2.5-coder-1.5b", "float32", "testisa"): ENTRY}}))
+    monkeypatch.setattr(estimate, "COSTS_FILE", table)
+    folder = precheck(["experiment=gamma_ablation", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert folder.njobs == 7
+    line = estimate.line(folder.configs, folder.njobs, "testisa", native_bf16=False)  # dtype auto: float32 here
+    assert line.startswith("estimated time: ~") and "(7 jobs; 3 decoders x 40 cells" in line, line
+    assert "not measured, priced by their class or as vanilla: ouroboros" in line
+    job = estimate.job_of(compose(["experiment=gamma_ablation", "decoder.speculative.gamma=1", "task.limit=40",
+                                   "runner.max_new_tokens=null"]), TASK_SIZES)
+    minutes = 7 * estimate.price(job, ENTRY)[0] / 60
+    assert line.startswith(f"estimated time: {estimate.say(minutes)}")
+
+
+def test_run_py_says_the_estimate_before_the_run(tmp_path):
+    proc = subprocess.run([sys.executable, "run.py", "model=tiny-random", "task.limit=1", "runner.max_new_tokens=2",
+                           "decoder=[vanilla]", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("estimated time: unknown (no measured costs for tiny-random, float32"), first
+
+
+def test_costs_py_writes_an_entry_per_machine_class(tmp_path):
+    rows = fixture_rows("a", tasks=["humaneval"], ttft_share=0.1)
+    for r in rows:
+        r["cpu_isa"] = "avx2"
+    write_run(tmp_path / "run", rows)
+    table = tmp_path / "costs.json"
+    proc = subprocess.run([sys.executable, "benchmarks/costs.py", str(tmp_path / "run"), "--write", "--table",
+                           str(table)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    entry = json.loads(table.read_text())["entries"]["fixture|float32|avx2"]
+    vanilla = [r for r in rows if r["decoder"] == "vanilla"]
+    assert entry["vanilla_tokens_per_s"] == pytest.approx(sum(r["tokens_per_s"] for r in vanilla) / len(vanilla),
+                                                          rel=1e-3)
+    assert entry["speedup"]["speculative"] > 1 and set(entry["tasks"]) == {"humaneval"}
+    bad = subprocess.run([sys.executable, "benchmarks/costs.py", str(tmp_path / "nope")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: no such run folder")
