@@ -132,7 +132,8 @@ def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[st
     unmeasured = sorted({n for _, names in priced for n in names})
     first = jobs[0]
     line = (f"estimated time: {say(seconds / 60)} ({njobs} job{'s' if njobs != 1 else ''}; "
-            f"{len(first.decoders)} decoders x {first.cells} cells x at most {first.tokens} tokens per job; costs "
+            f"{len(first.decoders)} decoders x {first.cells} cell{'s' if first.cells != 1 else ''} x at most "
+            f"{first.tokens} tokens per job; costs "
             f"measured on {entry.get('device_name', key)}: {', '.join(entry.get('source', [])) or '?'})")
     if unmeasured:
         line += f"; not measured, priced by their class or as vanilla: {', '.join(unmeasured)}"
