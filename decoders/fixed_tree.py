@@ -143,7 +143,7 @@ class _FixedTreeGrower:
             position: dict[int, int] = {}  # shape node -> its index in this step's tree
             level = [-1]                   # the nodes whose children `rows` ranks (row j: level[j])
             for depth in range(1, depth_limit + 1):
-                k = 1 + max(rank for node in level for rank, _ in shape.children[node])
+                k = 1 + max(shape.children[node][-1][0] for node in level)  # children are sorted by rank
                 top = rows.topk(k, dim=-1).indices.tolist()
                 new: list[int] = []
                 for j, node in enumerate(level):

@@ -388,8 +388,10 @@ def compare_speedups(cmp: pd.DataFrame, subtitle: str = "") -> Any:
     Args:
         cmp: :func:`harness.report.compare.compare_runs` (``label, speedup_a, speedup_b``).
     """
-    if "label" in cmp:  # vanilla's rows (a sweep's are named by their job: "vanilla (gamma=4)") have no speedup bar
-        cmp = cmp[~cmp["label"].astype(str).str.match(r"vanilla( \(|$)")]
+    if "decoder" in cmp:  # vanilla's rows have no speedup bar (compare_runs names each row's decoder)
+        cmp = cmp[cmp["decoder"] != "vanilla"]
+    elif "label" in cmp:
+        cmp = cmp[cmp["label"] != "vanilla"]
     if cmp.empty or not {"speedup_a", "speedup_b"} & set(cmp.columns):
         log.info("compare figure skipped: no decoder with a speedup on either side")
         return None

@@ -85,28 +85,30 @@ def swept_by_class(rows: pd.DataFrame) -> dict[str, list[str]]:
 
 def config_labels(rows: pd.DataFrame) -> pd.Series:
     """Label of each row's decoder configuration: the decoder name, plus ``(k=v, ...)`` for its
-    hyper-parameters that vary among the rows (a gamma sweep gives ``speculative (gamma=2)``, ...). Integral
-    values print as integers."""
+    hyper-parameters that vary among the rows (a gamma sweep gives ``speculative (gamma=2)``, ...;
+    :func:`swept_parts`). Integral values print as integers."""
+    return pd.Series([f"{dec} ({', '.join(parts)})" if parts else str(dec)
+                      for dec, parts in zip(rows["decoder"], swept_parts(rows))], index=rows.index, dtype=object)
+
+
+def swept_parts(rows: pd.DataFrame) -> list[list[str]]:
+    """Per row: its configuration's hyper-parameters that vary among the rows' configurations of its decoder, as
+    ``k=v`` texts (what :func:`config_labels` puts in parentheses); a fixed tree's shape as ``tree=`` its nodes per
+    depth, written out where two swept shapes share them (:func:`param_text`)."""
     varying = swept_params(rows)
     params = rows["decoder_params"] if "decoder_params" in rows else pd.Series([None] * len(rows), index=rows.index)
-    # a fixed tree's shape by its nodes per depth, unless two swept shapes share them (then written out)
     shapes: dict[str, set] = {}
     for dec, ps in zip(rows["decoder"], params):
         if "paths" in (varying.get(dec) or []):
             shapes.setdefault(dec, set()).add(json.dumps(norm(params_of(ps).get("paths"))))
     spelled = {dec for dec, vals in shapes.items()
                if len({param_text("paths", json.loads(v)) for v in vals}) < len(vals)}
-    labels = []
+    out = []
     for dec, ps in zip(rows["decoder"], params):
-        keys = varying.get(dec) or []
-        if not keys:
-            labels.append(str(dec))
-            continue
-        p = params_of(ps)
-        labels.append(f"{dec} (" + ", ".join(
-            f"{SHORT_NAMES.get(k, k)}={param_text(k, p.get(k), spelled=dec in spelled)}" if k == "paths" else
-            f"{k}={fmt_value(p.get(k))}" for k in keys) + ")")
-    return pd.Series(labels, index=rows.index, dtype=object)
+        p = params_of(ps) if varying.get(dec) else {}
+        out.append([f"{SHORT_NAMES.get(k, k)}={param_text(k, p.get(k), spelled=dec in spelled)}" if k == "paths" else
+                    f"{k}={fmt_value(p.get(k))}" for k in varying.get(dec) or []])
+    return out
 
 
 def param_text(key: str, value: Any, spelled: bool = False) -> str:
@@ -318,14 +320,12 @@ def run_vanilla_labels(rows: pd.DataFrame) -> pd.Series:
     labels = rows["label"].copy()
     if "group" not in rows or "decoder_params" not in rows:
         return labels
-    runs, varying = run_ids(rows), swept_params(rows)
-    for _, g in rows.assign(_run=runs).groupby("group", sort=False):
+    parts = pd.Series(swept_parts(rows), index=rows.index, dtype=object)
+    for _, g in rows.assign(_run=run_ids(rows)).groupby("group", sort=False):
         names: dict[Any, str] = {}
         for run, r in g.groupby("_run", sort=False):
-            parts = dict.fromkeys(f"{k}={fmt_value(params_of(ps).get(k))}"
-                                  for dec, ps in zip(r["decoder"], r["decoder_params"]) if dec != "vanilla"
-                                  for k in varying.get(dec) or [])
-            names[run] = ", ".join(parts)
+            names[run] = ", ".join(dict.fromkeys(part for i in r.index[r["decoder"] != "vanilla"]
+                                                 for part in parts[i]))
         if len(names) < 2 or len(set(names.values())) < 2 or not all(names.values()):
             continue
         for run, name in names.items():
