@@ -11,8 +11,9 @@ Made for a paper: one-column figures are :data:`COLUMN_WIDTH_IN` wide, two-panel
 several run groups are stacked panels titled with their group, so a group's name is written once; legends sit
 under the axes; every decoder has the same colour in every figure of a report (:data:`FAMILY_COLOURS`,
 shades for several configurations of one decoder); integral hyper-parameters print as integers; bars that
-stand on different numbers of samples say their ``n``; every figure carries a subtitle (model pair, dtype,
-hardware, task size).
+stand on different numbers of samples say their ``n``. Titles stay out of the images, as a paper sets them: each
+figure's caption (what it shows, then the model pair, dtype, hardware and task size) goes to ``captions.md``
+beside the files (:func:`plots.style.set_titles`, :func:`save`).
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, PAGE_WIDTH_IN, SMALL, Style,  # noqa: F401
-                         bar_rows, family, fmt_tick, group_panels, legend_below, palette, plt, save, set_titles,
+                         bar_rows, caption, family, fmt_tick, group_panels, legend_below, palette, plt, record_caption,
+                         save, set_titles,
                          shade, short_groups, stacked_axes, wrap_text)
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "speedup_by_task", "accept_length_by_decoder", "acceptance_by_position", "tokens_per_s_vs_param",
-    "accept_length_vs_nodes", "time_breakdown", "warm_vs_cold", "compare_speedups", "Style", "palette", "save",
+    "accept_length_vs_nodes", "time_breakdown", "warm_vs_cold", "compare_speedups", "task_bars", "Style", "palette",
+    "save", "caption",
     "draw_all", "FIGURES",
 ]
 
@@ -81,7 +84,7 @@ def _bar_figure(agg: pd.DataFrame, value: str, xlabel: str, title: str, subtitle
     if not drawn.all():  # the aggregation gives no interval on too few samples: the title must not promise one
         title = title.replace(", 95% bootstrap CI", ", 95% bootstrap CI where n allows" if drawn.any()
                               else ", no interval (too few samples)")
-    set_titles(fig, title, subtitle, COLUMN_WIDTH_IN)
+    set_titles(fig, title, subtitle)
     return fig
 
 
@@ -145,7 +148,7 @@ def acceptance_by_position(positions: pd.DataFrame, subtitle: str = "", max_posi
     legend_below(axes[-1, 0], ncol=1, handles=list(handles.values()), labels=list(handles))
     axes[-1, 0].set_xlabel("draft position", fontsize=FONT)
     set_titles(fig, "Acceptance by draft position, linear drafts (solid: accepted / drafted; dashed: given the "
-                 "earlier ones accepted)", subtitle, COLUMN_WIDTH_IN)
+                 "earlier ones accepted)", subtitle)
     return fig
 
 
@@ -263,7 +266,7 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
         if (pd.to_numeric(agg[param], errors="coerce").dropna() % 1 == 0).all():
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("tokens / s", fontsize=FONT)
-    set_titles(fig, f"Tokens/s and speedup against {param}", subtitle, PAGE_WIDTH_IN)
+    set_titles(fig, f"Tokens/s and speedup against {param}", subtitle)
     return fig
 
 
@@ -293,7 +296,7 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
         ax.set_xlabel("node budget (num_nodes)", fontsize=FONT)
         ax.set_xticks(budgets)  # the budgets measured, not an evenly spaced (and crowded) scale
     axes[0].set_ylabel("accept length (tokens / target forward)", fontsize=FONT)
-    set_titles(fig, "Accept length and speedup against the node budget", subtitle, PAGE_WIDTH_IN)
+    set_titles(fig, "Accept length and speedup against the node budget", subtitle)
     return fig
 
 
@@ -336,7 +339,7 @@ def time_breakdown(breakdown: pd.DataFrame, subtitle: str = "", style: Style | N
             ax.set_title(wrap_text(group, COLUMN_WIDTH_IN / 2), fontsize=SMALL, loc="left")
     axes[-1].set_xlabel("ms per generated token", fontsize=FONT)
     legend_below(axes[-1], ncol=2)
-    set_titles(fig, "Time per generated token by phase", subtitle, COLUMN_WIDTH_IN)
+    set_titles(fig, "Time per generated token by phase", subtitle)
     return fig
 
 
@@ -377,7 +380,69 @@ def warm_vs_cold(warm_cold: pd.DataFrame, subtitle: str = "", style: Style | Non
     axes[0].set_yticklabels([wrap_text(c, 2.0) for c in configs], fontsize=SMALL)
     legend_below(axes[0], ncol=2)
     set_titles(fig, "warm: n-gram pool kept across the task's samples (pool_scope=task); cold: cleared per sample",
-            subtitle, PAGE_WIDTH_IN)
+            subtitle)
+    return fig
+
+
+def task_bars(bars: pd.DataFrame, subtitle: str = "", style: Style | None = None) -> Any:
+    """Speedup vs vanilla per task in the papers' shape (Ouroboros' main figure, OPT-Tree's comparison): tasks
+    along x, one bar per configuration in its decoder's colour with its 95% interval where the samples allow one,
+    short names in the key (settings in the caption), each task's n under its name; a warm-start twin drawn as the
+    hatched part above its cold configuration's bar (a warm run slower than its cold twin: a black tick at its
+    value inside the bar).
+
+    Args:
+        bars: :func:`harness.report.figdata.task_bars` (``task, bar, warm, label, settings, speedup,
+            speedup_low/high, paired_samples``).
+    """
+    if bars.empty:
+        log.info("task_bars skipped: fewer than two tasks of one run group each")
+        return None
+    style = style or Style.of(bars.assign(label=bars["bar"]))
+    tasks = list(dict.fromkeys(bars["task"].astype(str)))
+    names = list(dict.fromkeys(bars.loc[~bars["warm"].astype(bool), "bar"].astype(str)))
+    slot = 0.84 / max(1, len(names))
+    wide = len(tasks) * len(names) > 14
+    fig, ax = plt.subplots(layout="constrained", figsize=(PAGE_WIDTH_IN if wide else COLUMN_WIDTH_IN, 2.4))
+    x0 = np.arange(len(tasks), dtype=float)
+    any_warm = False
+    for j, name in enumerate(names):
+        x = x0 - 0.42 + slot * (j + 0.5)
+        of = bars[bars["bar"].astype(str) == name]
+        cold = of[~of["warm"].astype(bool)].drop_duplicates("task").set_index("task").reindex(tasks)
+        vals = pd.to_numeric(cold["speedup"], errors="coerce").to_numpy(dtype=float)
+        lo = pd.to_numeric(cold.get("speedup_low"), errors="coerce").to_numpy(dtype=float)
+        hi = pd.to_numeric(cold.get("speedup_high"), errors="coerce").to_numpy(dtype=float)
+        err = np.vstack([np.clip(np.nan_to_num(vals - lo), 0, None), np.clip(np.nan_to_num(hi - vals), 0, None)])
+        colour = style.colour(name)
+        ax.bar(x, vals, slot * 0.92, yerr=err, capsize=1.2, color=colour, label=name, error_kw={"elinewidth": 0.6})
+        warm = of[of["warm"].astype(bool)].drop_duplicates("task").set_index("task").reindex(tasks)
+        wvals = pd.to_numeric(warm["speedup"], errors="coerce").to_numpy(dtype=float)
+        if np.isfinite(wvals).any():
+            extra = np.where(np.isfinite(wvals), np.clip(wvals - vals, 0, None), 0.0)
+            ax.bar(x, extra, slot * 0.92, bottom=vals, color=colour, alpha=0.35, hatch="////", edgecolor="black",
+                   linewidth=0.3, label=None if any_warm else "warm start (extra)")
+            below = np.isfinite(wvals) & (wvals < vals)
+            ax.scatter(x[below], wvals[below], marker="_", s=40, color="black", linewidths=1.0, zorder=3)
+            any_warm = True
+    ax.axhline(1.0, color="gray", lw=0.6, ls="--")
+    counts = {t: sorted({int(n) for n in pd.to_numeric(g["paired_samples"], errors="coerce").dropna()})
+              for t, g in bars.groupby(bars["task"].astype(str), sort=False)} if "paired_samples" in bars else {}
+    ax.set_xticks(x0)
+    ax.set_xticklabels([t + (f"\nn={counts[t][0]}" if len(counts.get(t, [])) == 1 else
+                             f"\nn={counts[t][0]}-{counts[t][-1]}" if counts.get(t) else "") for t in tasks],
+                       fontsize=SMALL)
+    ax.tick_params(axis="y", labelsize=SMALL)
+    ax.set_ylabel("speedup vs vanilla", fontsize=FONT)
+    legend_below(ax, ncol=min(4, len(names) + any_warm))
+    drawn = "speedup_low" in bars and pd.to_numeric(bars["speedup_low"], errors="coerce").notna().any()
+    settings = dict.fromkeys(f"{lab}: {st}" for lab, st in zip(bars["label"], bars.get("settings", bars["label"]))
+                             if isinstance(st, str) and st)
+    set_titles(fig, "Speedup vs vanilla per task (mean of paired per-sample ratios"
+               + (", 95% bootstrap CI where n allows" if drawn else ", no interval: too few samples") + ")"
+               + ("; hatched: the extra speedup of warm start (n-gram pool kept across the task's samples) over "
+                  "the cold bar" if any_warm else "")
+               + (f". Settings: {'; '.join(settings)}" if settings else ""), subtitle)
     return fig
 
 
@@ -408,8 +473,7 @@ def compare_speedups(cmp: pd.DataFrame, subtitle: str = "") -> Any:
     ax.tick_params(axis="x", labelsize=SMALL)
     ax.set_xlabel("speedup vs vanilla", fontsize=FONT)
     legend_below(ax, ncol=2)
-    set_titles(fig, "Run A vs run B: speedup vs each run's own vanilla, on the samples both cover", subtitle,
-            COLUMN_WIDTH_IN)
+    set_titles(fig, "Run A vs run B: speedup vs each run's own vanilla, on the samples both cover", subtitle)
     return fig
 
 
@@ -422,6 +486,7 @@ FIGURES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "accept_length_vs_nodes": (accept_length_vs_nodes, ("agg",)),
     "time_breakdown": (time_breakdown, ("breakdown",)),
     "warm_vs_cold": (warm_vs_cold, ("warm_cold",)),
+    "task_bars": (task_bars, ("task_bars",)),
 }
 
 
@@ -460,6 +525,7 @@ def draw_all(frames: Mapping[str, Any], out_dir: str | Path, only: Sequence[str]
                 if stale.exists():
                     stale.unlink()
                     log.info("removed %s: the rows no longer support this figure", stale)
+            record_caption(out_dir, name, None)
             continue
         written[name] = save(fig, out_dir, name)
         log.info("wrote %s", written[name][0])

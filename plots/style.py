@@ -34,15 +34,37 @@ FAMILY_COLOURS = {"vanilla": "#7f7f7f", "hf_greedy": "#3f3f3f", "speculative": "
 OTHER_COLOURS = ("#000000", "#8c564b", "#17becf", "#9467bd", "#bcbd22", "#F0E442")
 
 
+#: The file beside the figures that holds their captions (titles are kept out of the images).
+CAPTIONS_FILE = "captions.md"
+
+
 def save(fig: Any, out_dir: str | Path, name: str) -> list[Path]:
-    """Write ``<out_dir>/<name>.png`` (300 dpi) and ``.pdf``; closes the figure. Returns the paths."""
+    """Write ``<out_dir>/<name>.png`` (300 dpi) and ``.pdf`` and the figure's caption (:func:`caption`) into
+    ``<out_dir>/captions.md``; closes the figure. Returns the paths of the images."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     fig.savefig(paths[0], dpi=300, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
+    record_caption(out, name, caption(fig))
     plt.close(fig)
     return paths
+
+
+def record_caption(out_dir: str | Path, name: str, text: str | None) -> None:
+    """Set (``text``) or remove (None) figure ``name``'s line in ``<out_dir>/captions.md``: one line per figure,
+    ``- **name** (name.png, name.pdf): caption``, in the order the figures were first written."""
+    path = Path(out_dir) / CAPTIONS_FILE
+    lines = path.read_text().splitlines()[2:] if path.is_file() else []
+    entries = {line.split("**")[1]: line for line in lines if line.startswith("- **")}
+    if text is None:
+        entries.pop(name, None)
+    else:
+        entries[name] = f"- **{name}** ({name}.png, {name}.pdf): {text}"
+    if entries:
+        path.write_text("# Figures\n\n" + "\n".join(entries.values()) + "\n")
+    elif path.is_file():
+        path.unlink()
 
 
 def palette(n: int) -> list[tuple[float, float, float, float]]:
@@ -133,9 +155,16 @@ def wrap_text(text: str, width_in: float, size: float = SMALL) -> str:
     return "\n".join(textwrap.wrap(text, chars, break_long_words=False)) if text else ""
 
 
-def set_titles(fig: Any, title: str, subtitle: str, width_in: float) -> None:
-    fig.suptitle(wrap_text(title, width_in, FONT) + (f"\n{wrap_text(subtitle, width_in, SMALL)}" if subtitle else ""),
-                 fontsize=SMALL)
+def set_titles(fig: Any, title: str, subtitle: str) -> None:
+    """Give ``fig`` its caption: ``title``, then what was measured (``subtitle``). Kept outside the image, as a paper
+    sets it (under the figure, in the text's font): :func:`caption` reads it, :func:`plots.draw_all` writes every
+    figure's into ``captions.md`` beside the files."""
+    fig.set_label(f"{title.rstrip('.')}. {subtitle}." if subtitle else f"{title.rstrip('.')}.")
+
+
+def caption(fig: Any) -> str:
+    """The caption :func:`set_titles` gave ``fig`` (empty when none)."""
+    return str(fig.get_label() or "")
 
 
 def legend_below(ax: Any, ncol: int = 2, title: str | None = None, handles: Any = None, labels: Any = None,

@@ -4,6 +4,7 @@ the cost table from measured runs)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,12 +71,33 @@ def test_a_sweep_is_priced_job_by_job(tmp_path, monkeypatch):
     folder = precheck(["experiment=gamma_ablation", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert folder.njobs == 7
     line = estimate.line(folder.configs, folder.njobs, "testisa", native_bf16=False)  # dtype auto: float32 here
-    assert line.startswith("estimated time: ~") and "(7 jobs; 3 decoders x 40 cells" in line, line
+    assert line.startswith("estimated time: ~") and "(7 jobs; 3 decoders x 5 cells x at most 96 tokens" in line, line
     assert "not measured, priced by their class or as vanilla: ouroboros" in line
-    job = estimate.job_of(compose(["experiment=gamma_ablation", "decoder.speculative.gamma=1", "task.limit=40",
-                                   "runner.max_new_tokens=null"]), TASK_SIZES)
+    job = estimate.job_of(compose(["experiment=gamma_ablation", "decoder.speculative.gamma=1", "task.limit=5",
+                                   "runner.max_new_tokens=96"]), TASK_SIZES)
     minutes = 7 * estimate.price(job, ENTRY)[0] / 60
     assert line.startswith(f"estimated time: {estimate.say(minutes)}")
+
+
+#: The presets that reproduce a paper's table or figure (docs/papers.md): each one's own size is its quick size.
+PAPER_PRESETS = ("main_result", "gamma_ablation", "warm_cold", "lookahead_sweep", "opt_tree_comparison",
+                 "opt_tree_scaling")
+
+
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_a_paper_preset_fits_one_sitting_on_a_bf16_cpu(name, tmp_path):
+    """Each paper preset's quick size: at most 60 minutes as priced by every bf16 CPU entry of the committed cost
+    table (an upper bound: the budget is priced in full); the full size is the command line's."""
+    data = Path(os.environ.get("SPECDEC_DATA_DIR") or ROOT.parent / "shared" / "data")
+    folder = precheck([f"experiment={name}", f"hydra.sweep.dir={tmp_path / 'sweep'}", f"data_dir={data}"])
+    costs = estimate.load_costs()
+    keys = [k for k, e in costs["entries"].items() if e["dtype"] == "bfloat16" and "avx512_bf16" in e["cpu_isa"]
+            and e["model"] == "qwen2.5-coder-1.5b"]
+    assert len(keys) >= 2                                       # Zen 4 and the AMX Xeon, measured
+    for key in keys:
+        line = estimate.line(folder.configs, folder.njobs, costs["entries"][key]["cpu_isa"], native_bf16=True)
+        minutes = float(line.split("~", 1)[1].split(" ", 1)[0])
+        assert "h" not in line.split("(", 1)[0] and minutes <= 60, (key, line)
 
 
 def test_run_py_says_the_estimate_before_the_run(tmp_path):

@@ -36,3 +36,16 @@ def test_a_setting_off_its_declared_default_is_named_wherever_a_configuration_is
                                    '"copy_tokens": 20, "draft_on_copy": false}') == \
         "nodes=16, copy=20, draft on copy=false"
     assert grouping.settings_label(params) == "nodes=16, copy=20"           # no class known: false reads as off
+
+
+def test_an_old_row_without_a_draft_shape_reads_its_family_s():
+    # Before: theory.tex printed "n/a (draft shape: unknown)" for lookahead and Ouroboros rows of older runs.
+    def shape(decoder, drafted=3):
+        return grouping.draft_shape(pd.DataFrame({"decoder": [decoder], "num_drafted": [drafted]}))
+
+    assert [shape(d) for d in ("speculative_tuned", "lookahead", "prompt_lookup_tuned", "ouroboros_prompt_warm",
+                               "opt_tree_best_tuned", "fixed_tree_binary", "hf_assisted")] == \
+        ["chain", "n-grams", "copy", "phrases", "tree", "tree", "dynamic chain"]
+    assert shape("speculative", 0) == "chain" and shape("vanilla", 0) == "none" and shape("lookahead", 0) == "none"
+    assert shape("my_decoder") == "unknown"                                  # a name no family declares
+    assert grouping.draft_shape(pd.DataFrame({"decoder": ["lookahead"], "draft_shape": ["copy"]})) == "copy"

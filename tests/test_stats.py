@@ -122,5 +122,6 @@ def test_report_names_settings_and_fits_latex_per_group(tmp_path):
     md = (tmp_path / "rep" / "main.md").read_text().splitlines()
     assert "settings" in md[0] and any("| gamma=4 |" in line for line in md)
     tex = written["main.tex"].read_text()
-    assert tex.count("\\begin{table}") == 2 and "Run group: humaneval" in tex and "tok/s &" not in tex
+    # two tables (one per group), each ~270 pt at \small: wider than a column (241 pt), so across both
+    assert tex.count("\\begin{table*}") == 2 and "Run group: humaneval" in tex and "tok/s &" not in tex
     assert "Settings: speculative: gamma=4." in tex

@@ -32,6 +32,9 @@ reference reports are rewritten only by ``python benchmarks/references.py``):
   prefill share, the task's quality columns with their interval (Wilson over samples; over several seeds a
   t-interval), and the failed/skipped cells and unpaired rows when there are any. One block of rows per run
   group; LaTeX one table per group, narrow enough for a page (:func:`harness.report.tables.latex_by_group`).
+* ``tasks.{md,tex,csv}`` (:mod:`harness.report.task_table`; rows of two or more tasks run with one setup):
+  decoders as rows, tasks as columns, each with its speedup [95% CI] and accept length, the papers' shape; the
+  LaTeX in one column where it fits, else across both.
 * ``category.{md,tex,csv}`` (rows with ``subtask`` / ``category``: Spec-Bench, MT-Bench): speedup per
   category, decoders as rows.
 * ``theory.{md,tex,csv}``: Leviathan et al. 2023 eq. 1 predictions beside the measurement (see
@@ -59,6 +62,7 @@ from harness.rows import columns
 from harness.report import compare
 from harness.rows import cells as coverage
 from harness.report import figdata
+from harness.report import task_table
 from harness.rows import flags
 from harness.rows import grouping
 from harness.rows import metrics
@@ -191,12 +195,14 @@ def subtitle(agg: pd.DataFrame) -> str:
 def measured(agg: pd.DataFrame) -> dict[str, str]:
     """Run group -> what it measured, for a table's caption: :func:`subtitle` of its rows and its token budget
     (``... · humaneval (2 samples) · at most 64 new tokens``)."""
-    out = {}
-    for group, g in agg.groupby("group", sort=False):
-        budget = columns.num(g["max_new_tokens"]).dropna() if "max_new_tokens" in g else pd.Series(dtype=float)
-        limit = f" · at most {', '.join(dict.fromkeys(str(int(b)) for b in budget))} new tokens" if len(budget) else ""
-        out[str(group)] = subtitle(g) + limit
-    return out
+    return {str(group): what_measured(g) for group, g in agg.groupby("group", sort=False)}
+
+
+def what_measured(agg: pd.DataFrame) -> str:
+    """:func:`subtitle` of an aggregate and its token budget (``... · at most 64 new tokens``)."""
+    budget = columns.num(agg["max_new_tokens"]).dropna() if "max_new_tokens" in agg else pd.Series(dtype=float)
+    limit = f" · at most {', '.join(dict.fromkeys(str(int(b)) for b in budget))} new tokens" if len(budget) else ""
+    return subtitle(agg) + limit
 
 
 def _task_size(task: str, agg: pd.DataFrame) -> str:
@@ -216,7 +222,8 @@ def _task_size(task: str, agg: pd.DataFrame) -> str:
 def figure_frames(rows: pd.DataFrame, agg: pd.DataFrame, **kwargs: Any) -> dict[str, Any]:
     """Everything :func:`plots.draw_all` draws, aggregated by :mod:`harness.rows.metrics`."""
     return {"agg": agg, "positions": figdata.acceptance_per_position(rows), "breakdown": figdata.time_breakdown(rows),
-            "warm_cold": figdata.warm_cold(rows, **kwargs), "swept": grouping.swept_by_class(grouping.ok_rows(rows))}
+            "warm_cold": figdata.warm_cold(rows, **kwargs), "swept": grouping.swept_by_class(grouping.ok_rows(rows)),
+            "task_bars": figdata.task_bars(rows, agg)}
 
 
 def write_figures(rows: pd.DataFrame, agg: pd.DataFrame, out_dir: str | Path, only: Sequence[str] | None = None,
@@ -268,6 +275,15 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
     put("main.tex", latex_by_group(text, caption + settings_caption(agg), tex_label("main", source, out),
                                    measured(agg)))
     sections = ["## Main results\n\n" + caption + "\n\n" + markdown(text)]
+    by_task = task_table.task_table(agg)
+    if by_task is not None:
+        numeric_t, text_t = by_task
+        shown = agg[agg["group"].isin(set(numeric_t["group"]))]
+        cap = task_table.caption(what_measured(shown), settings_caption(shown), task_table.any_interval(text_t))
+        csv("tasks.csv", numeric_t)
+        put("tasks.md", task_table.markdown(text_t) + "\n")
+        put("tasks.tex", task_table.latex(text_t, cap, tex_label("tasks", source, out)))
+        sections.append("## Tasks side by side\n\n" + cap + "\n\n" + task_table.markdown(text_t))
     cat = category_table(rows, **kw)
     if cat is not None:
         csv("category.csv", cat[0])

@@ -233,23 +233,80 @@ def tex_escape(s: Any) -> str:
     return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
+#: Widths a LaTeX table is fitted to, in points: a column and the text of a two-column page (the ACL, NeurIPS, ICML
+#: and IEEE two-column styles all lie within a few points of these).
+COLUMN_PT, TEXT_PT = 241.0, 505.0
+#: Font sizes of a 10 pt document, in points, and the tabular's space between columns (2 x \tabcolsep).
+FONT_PT = {r"\small": 9.0, r"\footnotesize": 8.0, r"\scriptsize": 7.0}
+COLUMN_GAP_PT = 12.0
+
+
+#: Characters about a quarter em wide in Computer Modern and Times (punctuation, brackets, spaces); capitals and
+#: ``m``/``w`` are about 0.75 em; every other character, digits included, half an em.
+NARROW_CHARS, WIDE_CHARS = frozenset(" .,:;[]()/|'!-ilj"), frozenset("ABCDEFGHKMNOQRUVWXYmw@%")
+
+
+def text_width_em(text: str) -> float:
+    """Estimated width of ``text`` in ems (:data:`NARROW_CHARS`, :data:`WIDE_CHARS`, else half an em)."""
+    return sum(0.25 if ch in NARROW_CHARS else 0.75 if ch in WIDE_CHARS else 0.5 for ch in str(text))
+
+
+def width_pt(cells: Sequence[Sequence[str]], font_pt: float) -> float:
+    """Estimated width in points of a tabular whose columns hold ``cells`` (each column's texts, its header
+    included) set at ``font_pt``: each column as wide as its widest text (:func:`text_width_em`) plus the gap
+    between columns."""
+    return sum(max(text_width_em(t) for t in col) * font_pt + COLUMN_GAP_PT for col in cells)
+
+
+def frame_width_pt(text: pd.DataFrame, font_pt: float = FONT_PT[r"\small"]) -> float:
+    """:func:`width_pt` of a formatted table: its index levels and its columns, headers included."""
+    index = [[*map(str, text.index.get_level_values(i)), str(text.index.names[i] or "")]
+             for i in range(text.index.nlevels)]
+    if text.index.nlevels == 1:
+        index[0].append(str(text.columns.name or ""))
+    return width_pt([*index, *[[*text[c].astype(str), str(c)] for c in text.columns]], font_pt)
+
+
+def fit(text: pd.DataFrame) -> tuple[str, str]:
+    """Where and how small ``text`` is set: ``("table", "\\small")`` when it fits a column (:data:`COLUMN_PT`),
+    else ``table*`` (both columns of a two-column page, :data:`TEXT_PT`) in the largest of :data:`FONT_PT` that
+    fits; the smallest when none does (:func:`latex` then scales the tabular to the text width)."""
+    if frame_width_pt(text) <= COLUMN_PT:
+        return "table", r"\small"
+    size = next((s for s, pt in FONT_PT.items() if frame_width_pt(text, pt) <= TEXT_PT), list(FONT_PT)[-1])
+    return "table*", size
+
+
+def environment(text: pd.DataFrame) -> str:
+    """The float environment of :func:`fit`."""
+    return fit(text)[0]
+
+
 def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: str = "") -> str:
     """A booktabs table of a formatted table, written by pandas' ``Styler.to_latex`` (``hrules=True``):
     index columns left-aligned, value columns right-aligned, cells, headers and ``caption`` LaTeX-escaped;
-    ``caption_tex``: a caption written in LaTeX already (math), used as it is instead."""
+    ``caption_tex``: a caption written in LaTeX already (math), used as it is instead. Set in a ``table`` where it
+    fits a column, else a ``table*`` in the largest font that fits the page (:func:`fit`); a table too wide even in
+    ``\scriptsize`` is scaled to the text width (``\resizebox``, package graphicx)."""
     n_idx = text.index.nlevels
     styler = (text.style.format(escape="latex")
               .format_index(escape="latex", axis=0)
               .format_index(tex_header, escape="latex", axis=1))
     kwargs: dict[str, Any] = {"hrules": True, "column_format": "l" * n_idx + "r" * text.shape[1],
                               "position": "t", "position_float": "centering"}
+    env, size = fit(text)
+    kwargs["environment"] = env
     if n_idx > 1:
         kwargs.update(sparse_index=True, multirow_align="naive")
     if caption or caption_tex:
         kwargs["caption"] = caption_tex or tex_escape(caption)
     if label:
         kwargs["label"] = label
-    return styler.to_latex(**kwargs)
+    tex = styler.to_latex(**kwargs).replace("\\centering\n", f"\\centering\n{size}\n", 1)
+    if frame_width_pt(text, FONT_PT[size]) > TEXT_PT:  # too wide in the smallest size: scaled to the page
+        tex = tex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1).replace(
+            "\\end{tabular}\n", "\\end{tabular}}\n", 1)
+    return tex
 
 
 def latex_drop() -> tuple[str, ...]:
@@ -261,7 +318,8 @@ def latex_drop() -> tuple[str, ...]:
 
 def latex_by_group(text: pd.DataFrame, caption: str, label: str, measured: Mapping[str, str] | None = None) -> str:
     """The main table as LaTeX that fits a page: one booktabs table per run group (the group named once, in its
-    caption, not in a column), without the columns of :func:`latex_drop`. Each caption opens with what its group
+    caption, not in a column), without the columns of :func:`latex_drop` and those empty in its group (another task's
+    quality columns). Each caption opens with what its group
     measured (``measured``: run group -> model pair, dtype, hardware, task and samples, token budget); the first
     table carries the column definitions, the others refer to it."""
     drop = latex_drop()
@@ -272,17 +330,14 @@ def latex_by_group(text: pd.DataFrame, caption: str, label: str, measured: Mappi
         caption += f" ({', '.join(c.replace(' [95% CI]', '') for c in off_page)}: main.md and main.csv.)"
     if text.index.nlevels == 1:
         what = " ".join(f"Run group: {g}. Measured: {m}." for g, m in measured.items())
-        return _small(latex(text, f"{what} {caption}".strip(), label))
+        return latex(text, f"{what} {caption}".strip(), label)
     out = []
     for i, group in enumerate(dict.fromkeys(text.index.get_level_values(0))):
         sub = text.xs(group, level=0)
+        sub = sub[[c for c in sub.columns if not sub[c].astype(str).isin(["-", ""]).all()]]  # not this group's
         sub.columns.name = text.columns.name
         what = f"Run group: {group}. " + (f"Measured: {measured[group]}. " if group in measured else "")
         cap = what + (caption if i == 0 else "Columns as in the first run group's table.")
-        out.append(_small(latex(sub, cap, f"{label}-{i + 1}")))
+        out.append(latex(sub, cap, f"{label}-{i + 1}"))
     return "\n".join(out)
 
-
-def _small(tex: str) -> str:
-    """A table set in ``\\small`` (right after ``\\centering``)."""
-    return tex.replace("\\centering\n", "\\centering\n\\small\n", 1)

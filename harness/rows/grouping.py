@@ -382,13 +382,21 @@ def quality_columns(rows: pd.DataFrame, declared: Sequence[str] | None = None) -
 _find_quality = quality_columns  # summarize()'s argument shadows the name
 
 
+#: The draft shape each decoder family declares (``draft_shape`` of its class, :class:`decoders.types.Decoder`), by the
+#: prefix of its config name: what rows written before the column existed are read as.
+LEGACY_DRAFT_SHAPES = {"speculative": "chain", "hf_assisted": "dynamic chain", "lookahead": "n-grams",
+                       "prompt_lookup": "copy", "ouroboros": "phrases", "opt_tree": "tree", "fixed_tree": "tree"}
+
+
 def draft_shape(g: pd.DataFrame) -> str:
     """What one cell's decoder verifies per step (its rows' ``draft_shape``, :class:`decoders.types.Decoder`);
-    rows written before the column existed: ``chain`` for ``speculative*`` decoders (the only fixed-length
-    chain then), ``none`` without draft tokens, else ``unknown``."""
+    rows written before the column existed: the shape its family declares (:data:`LEGACY_DRAFT_SHAPES`, by the
+    longest prefix of the decoder's name), ``none`` without draft tokens, else ``unknown``."""
     if "draft_shape" in g and g["draft_shape"].notna().any():
         return str(g["draft_shape"].dropna().iloc[0])
-    if str(g["decoder"].iloc[0]).startswith("speculative"):
-        return "chain"
     drafted = num(g["num_drafted"]).fillna(0).sum() if "num_drafted" in g else 0
+    name = str(g["decoder"].iloc[0])
+    families = [f for f in LEGACY_DRAFT_SHAPES if name.startswith(f)]
+    if families and (drafted or name.startswith("speculative")):
+        return LEGACY_DRAFT_SHAPES[max(families, key=len)]
     return "none" if not drafted else "unknown"

@@ -172,8 +172,9 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
     folder's. A file not named ``results.jsonl`` counts as a folder of its own. Folders that hold the same
     cells of one run (a run and a copy of it) are one run, each cell counted once
     (:func:`harness.rows.cells.fold_copies`). ``attrs["warnings"]`` names each file named twice, each copy, each
-    line left out as invalid (:func:`read_results`) and each run read in part (one shard of n,
-    :func:`harness.rows.cells.shard_warnings`).
+    line left out as invalid (:func:`read_results`), each run read in part (one shard of n,
+    :func:`harness.rows.cells.shard_warnings`) and each note a run recorded in its ``meta.json`` (settings tuned on
+    another dtype or machine: what its own summary.md says above its table).
 
     Raises:
         FileNotFoundError: a path does not exist. ValueError: no valid row (every line was left out: the
@@ -191,6 +192,8 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
         rows["run_dir"] = str(f.parent if f.name == "results.jsonl" else f)
         meta = _meta(f.parent) if f.name == "results.jsonl" else None
         settings.append((meta or {}).get("identity"))
+        notes = (meta or {}).get("notes")
+        warnings += [f"{f.parent}: {n}" for n in (notes if isinstance(notes, list) else [])]  # the job's own notes
         frames.append(legacy.upgrade(rows, meta))
     if not frames:
         if warnings:
