@@ -228,6 +228,10 @@ def _lines(axes: Any, series: list[tuple[str, str, pd.DataFrame]], x: str, left:
         ax.tick_params(labelsize=SMALL)
 
 
+#: Settings that vary between configurations but are no axis: cold and warm pools are warm_vs_cold's.
+NOT_AN_AXIS = ("pool_scope",)
+
+
 def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]], param: str | None = None,
                           subtitle: str = "", style: Style | None = None) -> Any:
     """Tokens/s (left) and speedup with its CI (right) against a swept hyper-parameter (e.g. gamma), one line
@@ -240,7 +244,7 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
         param: the x axis; None = the swept parameter with the most values (ties: gamma, window_size,
             ngram_size, guess_set_size, then first seen).
     """
-    candidates = list(dict.fromkeys(p for ps in swept.values() for p in ps))
+    candidates = [p for p in dict.fromkeys(p for ps in swept.values() for p in ps) if p not in NOT_AN_AXIS]
     if param is None and candidates:
         counts = {p: agg[p].astype(str).nunique() if p in agg else 0 for p in candidates}
         rank = {p: (PREFERRED_X.index(p) if p in PREFERRED_X else len(PREFERRED_X)) for p in candidates}
@@ -388,8 +392,8 @@ def task_bars(bars: pd.DataFrame, subtitle: str = "", style: Style | None = None
     """Speedup vs vanilla per task in the papers' shape (Ouroboros' main figure, OPT-Tree's comparison): tasks
     along x, one bar per configuration in its decoder's colour with its 95% interval where the samples allow one,
     short names in the key (settings in the caption), each task's n under its name; a warm-start twin drawn as the
-    hatched part above its cold configuration's bar (a warm run slower than its cold twin: a black tick at its
-    value inside the bar).
+    hatched part above its cold configuration's bar (a warm run slower than its cold twin: a white diamond at its
+    value inside the bar). The error bars are the cold bars' intervals; warm_vs_cold draws the warm ones.
 
     Args:
         bars: :func:`harness.report.figdata.task_bars` (``task, bar, warm, label, settings, speedup,
@@ -423,7 +427,8 @@ def task_bars(bars: pd.DataFrame, subtitle: str = "", style: Style | None = None
             ax.bar(x, extra, slot * 0.92, bottom=vals, color=colour, alpha=0.35, hatch="////", edgecolor="black",
                    linewidth=0.3, label=None if any_warm else "warm start (extra)")
             below = np.isfinite(wvals) & (wvals < vals)
-            ax.scatter(x[below], wvals[below], marker="_", s=40, color="black", linewidths=1.0, zorder=3)
+            ax.scatter(x[below], wvals[below], marker="D", s=12, facecolors="white", edgecolors="black",
+                       linewidths=0.7, zorder=4, label=None if any_warm or not below.any() else "warm start (slower)")
             any_warm = True
     ax.axhline(1.0, color="gray", lw=0.6, ls="--")
     counts = {t: sorted({int(n) for n in pd.to_numeric(g["paired_samples"], errors="coerce").dropna()})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import colorsys
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,12 +56,12 @@ def record_caption(out_dir: str | Path, name: str, text: str | None) -> None:
     """Set (``text``) or remove (None) figure ``name``'s line in ``<out_dir>/captions.md``: one line per figure,
     ``- **name** (name.png, name.pdf): caption``, in the order the figures were first written."""
     path = Path(out_dir) / CAPTIONS_FILE
-    lines = path.read_text().splitlines()[2:] if path.is_file() else []
-    entries = {line.split("**")[1]: line for line in lines if line.startswith("- **")}
+    lines = path.read_text().splitlines() if path.is_file() else []
+    entries = {m.group(1): line for line in lines if (m := re.match(r"- \*\*(.+?)\*\* \(", line))}
     if text is None:
         entries.pop(name, None)
     else:
-        entries[name] = f"- **{name}** ({name}.png, {name}.pdf): {text}"
+        entries[name] = f"- **{name}** ({name}.png, {name}.pdf): {' '.join(str(text).split())}"
     if entries:
         path.write_text("# Figures\n\n" + "\n".join(entries.values()) + "\n")
     elif path.is_file():
@@ -159,7 +160,8 @@ def set_titles(fig: Any, title: str, subtitle: str) -> None:
     """Give ``fig`` its caption: ``title``, then what was measured (``subtitle``). Kept outside the image, as a paper
     sets it (under the figure, in the text's font): :func:`caption` reads it, :func:`plots.draw_all` writes every
     figure's into ``captions.md`` beside the files."""
-    fig.set_label(f"{title.rstrip('.')}. {subtitle}." if subtitle else f"{title.rstrip('.')}.")
+    text = f"{title.rstrip('.')}. {subtitle.rstrip('.')}." if subtitle else f"{title.rstrip('.')}."
+    fig.set_label(" ".join(text.split()))  # one line: captions.md holds one line per figure
 
 
 def caption(fig: Any) -> str:

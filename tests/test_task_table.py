@@ -57,7 +57,7 @@ def test_setups_are_blocks_and_never_share_a_row(tmp_path):
     _report(tmp_path, fixture_rows("a", n=6, spec_factor=2.0),
             fixture_rows("b", n=6, spec_factor=1.5, identity={"dtype": "bfloat16"}))
     md = (tmp_path / "rep" / "tasks.md").read_text().splitlines()
-    assert md[0].startswith("| run | decoder | humaneval speedup")
+    assert md[0].startswith("| setup | decoder | humaneval speedup")
     spec = [line for line in md if "| speculative |" in line]
     assert len(spec) == 2
     assert spec[0].startswith("| dtype=float32 | speculative | 2.00") and spec[1].startswith(
@@ -90,7 +90,9 @@ def _tex_width(tex: str) -> tuple[str, float]:
     env = re.search(r"\\begin\{(table\*?)\}", tex).group(1)
     size = next(s for s in tables.FONT_PT if s in tex)
     body = tex.split("\\midrule", 1)[1].split("\\bottomrule", 1)[0].strip().splitlines()
-    rows = [[c.strip().replace("\\", "") for c in line.rstrip("\\ ").split(" & ")] for line in body]
+    header = tex.split("\\midrule", 1)[0].rstrip().splitlines()[-1]  # the line of column heads
+    rows = [[c.strip().replace("\\", "").replace("$tau$", "τ").replace("$alpha$", "α")
+             for c in line.rstrip("\\ ").split(" & ")] for line in [header, *body]]
     return env, tables.width_pt(list(zip(*rows)), tables.FONT_PT[size])
 
 
@@ -101,13 +103,15 @@ def test_latex_fits_a_column_or_spans_both(tmp_path):
     assert env == "table" and width <= tables.COLUMN_PT               # two tasks without intervals: one column
     assert tex.count(r"\multicolumn{2}{c}") == 2 and r"\cmidrule(lr){2-3}" in tex and r"$\tau$" in tex
     assert re.search(r"\\label\{tab:tasks:[A-Za-z0-9-]+\}", tex)
-    assert re.search(r"\\caption\{Measured: target-7b / draft-1b · float32 · test cpu · humaneval \(3 samples\), "
-                     r"mbpp \(3 samples\) · at most 64 new tokens\. Speedup", tex)
+    assert re.search(r"\\caption\{Measured: target-7b / draft-1b \$\\cdot\$ float32 \$\\cdot\$ test cpu \$\\cdot\$ "
+                     r"humaneval \(3 samples\), mbpp \(3 samples\) \$\\cdot\$ at most 64 new tokens\. Speedup", tex)
     four = tmp_path / "four"
     _report(four, fixture_rows("a", tasks=("humaneval", "mbpp", "gsm8k", "cnn_dm"), n=6, lookahead_scope="task"))
     tex = (four / "rep" / "tasks.tex").read_text()
     env, width = _tex_width(tex)
-    assert env == "table*" and width <= tables.TEXT_PT and "[" in tex  # four tasks with intervals: both columns
+    body = tex.split("\\midrule", 1)[1]
+    assert env == "table*" and width <= tables.TEXT_PT                   # four tasks: both columns,
+    assert "[1.50, 1.50]" in body                                        # the intervals kept (they fit)
 
 
 def test_too_wide_drops_the_intervals_and_says_so():
@@ -120,8 +124,8 @@ def test_too_wide_drops_the_intervals_and_says_so():
 
 
 def test_setup_fields_leave_the_task_out():
-    assert "task" not in task_table.SETUP_FIELDS and "task_version" not in task_table.SETUP_FIELDS
-    assert {"dtype", "device_name", "target_model", "draft_model", "max_new_tokens"} <= set(task_table.SETUP_FIELDS)
+    assert not {"task", "task_version", "max_new_tokens"} & set(task_table.SETUP_FIELDS)
+    assert {"dtype", "device_name", "target_model", "draft_model", "git_commit"} <= set(task_table.SETUP_FIELDS)
     agg = metrics.aggregate(pd.DataFrame(fixture_rows("a", n=2)))
     assert task_table.task_table(agg[agg["task"] == "humaneval"]) is None
 
@@ -189,11 +193,16 @@ def test_task_bars_group_tasks_and_shade_warm_start(factor, tmp_path):
         assert [round(p.get_height(), 2) for p in hatched] == [0.45, 0.45]   # 1.5 x 1.3 - 1.5: the warm extra
         assert "hatched" in plots.caption(fig)
     else:
-        assert all(p.get_height() == 0 for p in hatched) and ax.collections    # slower warm: a tick in the bar
+        from matplotlib.collections import PathCollection
+
+        marks = [c for c in ax.collections if isinstance(c, PathCollection)]   # slower warm: a diamond in the bar
+        assert all(p.get_height() == 0 for p in hatched)
+        assert marks and sorted(round(y, 2) for c in marks for y in c.get_offsets()[:, 1]) == [1.2, 1.2]
     assert fig._suptitle is None and "float32" in plots.caption(fig)
     assert "vanilla" not in heights
     legend = fig.legends[0]
-    assert [t.get_text() for t in legend.get_texts()][:2] == ["speculative", "lookahead"]   # short names
+    names = [t.get_text() for t in legend.get_texts()]
+    assert [n for n in names if not n.startswith("warm start")] == ["speculative", "lookahead"]   # short names
     plots.plt.close(fig)
     one = metrics.aggregate(rows[rows["task"] == "humaneval"])
     assert figdata.task_bars(rows[rows["task"] == "humaneval"], one).empty
@@ -236,3 +245,55 @@ def test_a_group_s_latex_table_leaves_out_other_tasks_quality_columns(tmp_path):
     assert len(heads) == 2
     assert "pass@1" in heads[0] and "accuracy" not in heads[0]
     assert "accuracy" in heads[1] and "pass@1" not in heads[1]
+
+
+def test_tasks_at_their_own_budgets_share_one_table_headed_with_them(tmp_path):
+    # Before: at the papers' full size (512 tokens for code, 256 for GSM8K) the budget split the setup: no table.
+    a = fixture_rows("a", tasks=("humaneval",), n=3, spec_factor=2.0)
+    b = [dict(r, max_new_tokens=256) for r in fixture_rows("b", tasks=("gsm8k",), n=3, spec_factor=1.5)]
+    _report(tmp_path, a, b)
+    head = (tmp_path / "rep" / "tasks.md").read_text().splitlines()[0]
+    assert head == ("| decoder | humaneval (64 tokens) speedup | humaneval (64 tokens) τ | "
+                    "gsm8k (256 tokens) speedup | gsm8k (256 tokens) τ |")
+
+
+def test_a_decoder_without_a_figure_and_twins_without_scopes(tmp_path):
+    import json
+
+    from harness.report import figdata
+
+    rows = fixture_rows("a", n=6, spec_factor=2.0, lookahead_scope="sample")
+    # a second configuration with the same settings as speculative but no pool: not a warm twin
+    rows += [dict(r, decoder="speculative_copy") for r in rows if r["decoder"] == "speculative"]
+    # a warm decoder whose cold twin is not in the rows: drawn as a bar of its own
+    rows += [dict(r, decoder="ouroboros_warm", decoder_params=json.dumps({"gamma": 4, "pool_scope": "task"}))
+             for r in rows if r["decoder"] == "speculative"]
+    frame = pd.DataFrame(rows)
+    agg = metrics.aggregate(frame)
+    bars = figdata.task_bars(frame, agg)
+    assert not bars["warm"].any()
+    assert {"speculative_copy", "ouroboros_warm"} <= set(bars["bar"])
+    nan = agg.copy()
+    nan.loc[nan["label"] == "lookahead", "speedup"] = float("nan")
+    _, text = task_table.task_table(nan)
+    assert text.loc["lookahead", ("humaneval", "speedup [95% CI]")] == "-"
+
+
+def test_captions_are_one_line_each_and_survive_rewrites(tmp_path):
+    import plots
+
+    fig = plots.plt.figure()
+    plots.style.set_titles(fig, "A title **with** stars\nand a break.", "subtitle.")
+    assert plots.caption(fig) == "A title **with** stars and a break. subtitle."
+    plots.save(fig, tmp_path, "one")
+    fig = plots.plt.figure()
+    plots.style.set_titles(fig, "Second", "")
+    plots.save(fig, tmp_path, "two")
+    plots.style.record_caption(tmp_path, "one", "Rewritten")
+    lines = (tmp_path / "captions.md").read_text().splitlines()
+    assert lines[2:] == ["- **one** (one.png, one.pdf): Rewritten", "- **two** (two.png, two.pdf): Second."]
+
+
+def test_latex_text_takes_no_raw_unicode():
+    text = tables.tex_escape("τ · α × γ ≈ 2 – 3 and 50% of a_b")
+    assert text.isascii() and r"$\tau$" in text and r"$\cdot$" in text and r"50\%" in text and r"a\_b" in text

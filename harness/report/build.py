@@ -284,6 +284,9 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
         put("tasks.md", task_table.markdown(text_t) + "\n")
         put("tasks.tex", task_table.latex(text_t, cap, tex_label("tasks", source, out)))
         sections.append("## Tasks side by side\n\n" + cap + "\n\n" + task_table.markdown(text_t))
+    else:  # an earlier report's table of these rows would now be stale
+        for stale in ("tasks.csv", "tasks.md", "tasks.tex"):
+            (out / stale).unlink(missing_ok=True)
     cat = category_table(rows, **kw)
     if cat is not None:
         csv("category.csv", cat[0])

@@ -172,16 +172,21 @@ def task_bars(rows: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     """Bars of the papers' speedup figure (:func:`plots.task_bars`): one per (task, configuration) but vanilla, with
     ``bar`` = the configuration it is drawn as and ``warm`` = True for a warm-start twin (``pool_scope=task``) of a
     cold configuration in the rows (:func:`scope_free_names`), drawn as the shaded part of the cold one's bar.
-    Empty unless the aggregate holds two or more tasks, each of one run group (runs that differ otherwise would
-    share an axis)."""
+    Empty unless the aggregate holds two or more tasks, each of one run group, all of one setup
+    (:func:`harness.report.task_table.setups`: runs that differ otherwise would share an axis)."""
+    from harness.report.task_table import setups
+
     if agg.empty or "task" not in agg or agg["task"].nunique() < 2 or \
-            agg.groupby("task")["group"].nunique().max() > 1:
+            agg.groupby("task")["group"].nunique().max() > 1 or setups(agg).nunique() > 1:
         return pd.DataFrame()
     names = scope_free_names(prepare(rows))
     out = agg[(agg["decoder"] != "vanilla") & agg["speedup"].notna()].copy()
+    scope = {str(d): params_of(p).get("pool_scope") for d, p in zip(out["decoder"], out.get("decoder_params",
+                                                                                             out["decoder"]))}
     twin = out["decoder"].astype(str).map(names).fillna(out["decoder"].astype(str))
     cold_label = {(t, str(d)): str(lab) for t, d, lab in zip(out["task"], out["decoder"], out["label"])}
-    out["warm"] = [tw != str(d) and (t, tw) in cold_label for t, tw, d in zip(out["task"], twin, out["decoder"])]
+    out["warm"] = [tw != str(d) and (t, tw) in cold_label and scope.get(str(d)) == "task" and scope.get(tw) == "sample"
+                   for t, tw, d in zip(out["task"], twin, out["decoder"])]
     out["bar"] = [cold_label.get((t, tw), tw) if w else str(lab)
                   for t, tw, w, lab in zip(out["task"], twin, out["warm"], out["label"])]
     keep = ["task", "group", "bar", "warm", "label", "decoder", "settings", "speedup", "speedup_low", "speedup_high",

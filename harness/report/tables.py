@@ -211,12 +211,13 @@ def tex_header(header: str) -> str:
     return "".join(TEX_GREEK.get(ch, ch) for ch in header)
 
 
-def markdown(text: pd.DataFrame) -> str:
-    """Markdown of a formatted table: index columns left-aligned, values right-aligned."""
+def markdown(text: pd.DataFrame, index_name: str = "run") -> str:
+    """Markdown of a formatted table: index columns left-aligned, values right-aligned; a two-level index's outer
+    level headed ``index_name``."""
     idx = text.index
     n_idx = idx.nlevels
-    head = (["run", text.columns.name or ""] if n_idx == 2 else [text.columns.name or ""]) + list(map(str,
-                                                                                                   text.columns))
+    head = ([index_name, text.columns.name or ""] if n_idx == 2 else [text.columns.name or ""]) + list(
+        map(str, text.columns))
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * n_idx + ["---:"] * len(text.columns)) + "|"]
     for key, row in zip(idx, text.itertuples(index=False)):
         keys = list(key) if n_idx > 1 else [key]
@@ -225,11 +226,13 @@ def markdown(text: pd.DataFrame) -> str:
 
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", **TEX_GREEK, "×": r"$\times$",
+                "·": r"$\cdot$", "–": "--", "≈": r"$\approx$"}
 
 
 def tex_escape(s: Any) -> str:
-    """LaTeX-escape plain text (captions)."""
+    """LaTeX-escape plain text (captions, labels): the special characters, and the Greek letters and symbols of our
+    texts in math mode (pdflatex takes no raw τ)."""
     return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
@@ -337,7 +340,8 @@ def latex_by_group(text: pd.DataFrame, caption: str, label: str, measured: Mappi
         sub = sub[[c for c in sub.columns if not sub[c].astype(str).isin(["-", ""]).all()]]  # not this group's
         sub.columns.name = text.columns.name
         what = f"Run group: {group}. " + (f"Measured: {measured[group]}. " if group in measured else "")
-        cap = what + (caption if i == 0 else "Columns as in the first run group's table.")
+        cap = what + (caption if i == 0 else "Columns as defined in the first run group's table (each group shows "
+                      "its own task's quality columns).")
         out.append(latex(sub, cap, f"{label}-{i + 1}"))
     return "\n".join(out)
 

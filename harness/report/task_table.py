@@ -19,15 +19,17 @@ import re
 import pandas as pd
 
 from harness.rows import columns
-from harness.report.tables import (COLUMN_PT, FONT_PT, TEXT_PT, has_interval, interval_cell, tex_escape, tex_header,
-                                   width_pt)
+from harness.report.tables import (COLUMN_GAP_PT, COLUMN_PT, FONT_PT, TEXT_PT, has_interval, interval_cell,
+                                   tex_escape, tex_header, text_width_em, width_pt)
+from harness.report.tables import markdown as md
 
 log = logging.getLogger(__name__)
 
-#: The run-identity fields a setup is made of: all but the task's own (name and version), the hash of the other
-#: settings (it covers the task's) and the rows' source.
+#: The run-identity fields a setup is made of: all but the task's own (name, version and token budget: at the papers'
+#: full size each task has its own, 512 for code, 256 for GSM8K, 128 for CNN/DM), the hash of the other settings (it
+#: covers the task's) and the rows' source. A task whose budget differs from the others' names it in its head.
 SETUP_FIELDS = tuple(f for f in columns.RUN_IDENTITY_FIELDS
-                     if f not in ("task", "task_version", "group_identity", "source"))
+                     if f not in ("task", "task_version", "max_new_tokens", "group_identity", "source"))
 #: The csv's columns, in order (those the aggregate has).
 CSV_COLUMNS = ("setup", "task", "group", "label", "decoder", "settings", "paired_samples", "group_samples",
                "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "speedup", "speedup_low", "speedup_high",
@@ -44,7 +46,8 @@ def setups(agg: pd.DataFrame) -> pd.Series:
 
 def task_table(agg: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """The decoders x tasks table of an aggregate (:func:`harness.rows.metrics.aggregate`), or None when no setup
-    spans two tasks or a task holds two groups of one setup (logged).
+    spans two tasks or a task holds two groups of one setup (logged). Tasks run at different token budgets are
+    headed with theirs (``gsm8k (256 tokens)``).
 
     Returns:
         ``(numeric, text)``: ``numeric`` long for CSV (:data:`CSV_COLUMNS`); ``text`` with formatted cells,
@@ -60,10 +63,19 @@ def task_table(agg: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
         log.info("tasks table left out: task %s has %d run groups of one setup%s (main.md shows them apart)", task,
                  int(groups.max()), f" ({setup})" if setup else "")
         return None
-    spanning = [s for s, n in agg.groupby("setup", sort=False)["task"].nunique().items() if n > 1]
+    spans = agg.groupby("setup", sort=False)["task"].nunique()
+    spanning = [s for s, n in spans.items() if n > 1]
     if not spanning:
+        log.info("tasks table left out: no setup spans two tasks")
         return None
+    if len(spanning) < len(spans):
+        log.info("tasks table: setups of one task left out (%s; main.md shows them)",
+                 "; ".join(s or "-" for s, n in spans.items() if n < 2))
     agg = agg[agg["setup"].isin(spanning)]
+    budgets = agg.groupby(agg["task"].astype(str), sort=False)["max_new_tokens"].agg(
+        lambda b: ", ".join(dict.fromkeys(columns.fmt_value(v) for v in b))) if "max_new_tokens" in agg else None
+    named = budgets is not None and budgets.nunique() > 1
+    agg = agg.assign(task=[f"{t} ({budgets[str(t)]} tokens)" if named else str(t) for t in agg["task"]])
     tasks = list(dict.fromkeys(agg["task"].astype(str)))
     keys = list(dict.fromkeys(zip(agg["setup"], agg["label"].astype(str))))
     many = len(spanning) > 1
@@ -97,9 +109,7 @@ def markdown(text: pd.DataFrame) -> str:
     flat = text.copy()
     flat.columns = [f"{t} {h}" for t, h in text.columns]
     flat.columns.name = "decoder"
-    from harness.report.tables import markdown as md
-
-    return md(flat)
+    return md(flat, index_name="setup")
 
 
 def latex(text: pd.DataFrame, caption: str, label: str) -> str:
@@ -107,7 +117,8 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
     speedup and tau; a one-column ``table`` where it fits
     :data:`harness.report.tables.COLUMN_PT`, else ``table*`` (both columns of a
     two-column page) at ``\\small``, else ``\\footnotesize``, else without the intervals (main.md and tasks.md keep
-    them; the caption says so). ``caption`` is plain text (escaped here)."""
+    them; the caption says so), else ``\\scriptsize``, else scaled to the text width (``\\resizebox``, package
+    graphicx). ``caption`` is plain text (escaped here)."""
     tasks = list(dict.fromkeys(text.columns.get_level_values(0)))
     many = text.index.nlevels > 1
     names = [" / ".join(map(str, k)) if many else str(k) for k in text.index]
@@ -115,17 +126,27 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
     def bare(cell: str) -> str:  # the speedup without its interval
         return re.sub(r" \[[^]]*\]", "", cell)
 
+    def head(h: str, intervals: bool) -> str:
+        return h if intervals else h.replace(" [95% CI]", "")
+
+    def width(body: pd.DataFrame, intervals: bool, pt: float) -> float:
+        """The names' column, then per task its two columns, or its name over them where that is wider."""
+        total = width_pt([[*names, "decoder"]], pt)
+        for t in tasks:
+            pair = width_pt([[*body[c].astype(str), head(c[1], intervals)] for c in body.columns if c[0] == t], pt)
+            total += max(pair, text_width_em(t) * pt + 2 * COLUMN_GAP_PT)
+        return total
+
     choice = None
     for env, size, intervals in (("table", r"\small", True), ("table*", r"\small", True),
-                                 ("table*", r"\footnotesize", True), ("table*", r"\footnotesize", False)):
+                                 ("table*", r"\footnotesize", True), ("table*", r"\footnotesize", False),
+                                 ("table*", r"\scriptsize", False)):
         body = text if intervals else text.apply(lambda col: col.map(bare) if "speedup" in col.name[1] else col)
-        cols = [[*names, "decoder"]] + [[*body[c].astype(str), c[1].replace(" [95% CI]", "") if not intervals
-                                         else c[1], c[0]] for c in body.columns]
-        width = width_pt(cols, FONT_PT[size])
-        choice = (env, size, intervals, body, width)
-        if width <= (COLUMN_PT if env == "table" else TEXT_PT):
+        wide = width(body, intervals, FONT_PT[size])
+        choice = (env, size, intervals, body, wide)
+        if wide <= (COLUMN_PT if env == "table" else TEXT_PT):
             break
-    env, size, intervals, body, width = choice
+    env, size, intervals, body, wide = choice
     if not intervals:
         caption += " Intervals: tasks.md and main.md (left out here to fit the page)."
     lines = [rf"\begin{{{env}}}[t]", r"\centering", size, rf"\caption{{{tex_header(tex_escape(caption))}}}",
@@ -133,13 +154,16 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
              r"\begin{tabular}{l" + "rr" * len(tasks) + "}", r"\toprule",
              " & ".join(["", *[rf"\multicolumn{{2}}{{c}}{{{tex_escape(t)}}}" for t in tasks]]) + r" \\",
              " ".join(rf"\cmidrule(lr){{{2 + 2 * i}-{3 + 2 * i}}}" for i in range(len(tasks))),
-             " & ".join(["decoder", *[tex_header(tex_escape(h.replace(" [95% CI]", "" if not intervals else
-                                                                        " [95% CI]"))) for _, h in body.columns]])
+             " & ".join(["decoder", *[tex_header(tex_escape(head(h, intervals))) for _, h in body.columns]])
              + r" \\", r"\midrule"]
     for name, (_, row) in zip(names, body.iterrows()):
         lines.append(" & ".join([tex_escape(name), *[tex_escape(v) for v in row]]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\end{{{env}}}", ""]
-    log.debug("tasks.tex: %s at %s, estimated %.0f pt wide", env, size, width)
+    if wide > TEXT_PT:  # too wide even in the smallest size: scaled to the page (package graphicx)
+        at = lines.index(r"\begin{tabular}{l" + "rr" * len(tasks) + "}")
+        lines[at] = r"\resizebox{\textwidth}{!}{%" + "\n" + lines[at]
+        lines[lines.index(r"\end{tabular}")] = r"\end{tabular}}"
+    log.debug("tasks.tex: %s at %s, estimated %.0f pt wide", env, size, wide)
     return "\n".join(lines)
 
 

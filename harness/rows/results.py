@@ -181,6 +181,7 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
             warnings say why).
     """
     frames, warnings, settings = [], [], []
+    noted: dict[str, list[str]] = {}
     files = find_result_files(paths, warnings)
     for w in warnings:
         log.warning("%s", w)
@@ -193,12 +194,14 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
         meta = _meta(f.parent) if f.name == "results.jsonl" else None
         settings.append((meta or {}).get("identity"))
         notes = (meta or {}).get("notes")
-        warnings += [f"{f.parent}: {n}" for n in (notes if isinstance(notes, list) else [])]  # the job's own notes
+        for n in notes if isinstance(notes, list) else []:  # the job's own notes, one line per note
+            noted.setdefault(str(n), []).append(str(f.parent))
         frames.append(legacy.upgrade(rows, meta))
     if not frames:
         if warnings:
             raise ValueError(f"no valid result row under {', '.join(map(str, paths))}: " + "; ".join(warnings))
         return pd.DataFrame()
+    warnings += [f"{n} (runs: {', '.join(runs)})" for n, runs in noted.items()]
     for frame, text in zip(frames, run_settings(settings)):
         frame["run_settings"] = text
     rows = _finish(pd.concat(frames, ignore_index=True), pool)
