@@ -158,8 +158,8 @@ def wrap_text(text: str, width_in: float, size: float = SMALL) -> str:
 
 def set_titles(fig: Any, title: str, subtitle: str) -> None:
     """Give ``fig`` its caption: ``title``, then what was measured (``subtitle``). Kept outside the image, as a paper
-    sets it (under the figure, in the text's font): :func:`caption` reads it, :func:`plots.draw_all` writes every
-    figure's into ``captions.md`` beside the files."""
+    sets it (under the figure, in the text's font): :func:`caption` reads it, :func:`save` writes it into
+    ``captions.md`` beside the files."""
     text = f"{title.rstrip('.')}. {subtitle.rstrip('.')}." if subtitle else f"{title.rstrip('.')}."
     fig.set_label(" ".join(text.split()))  # one line: captions.md holds one line per figure
 

@@ -70,7 +70,7 @@ from harness.rows.results import find_result_files, load_rows
 from harness.report.summary import code_execution_lines
 from harness.report.main_table import (coverage_caption, coverage_columns, main_caption, main_table, row_index,
                                        settings_caption)
-from harness.report.tables import coverage_cell, fmt_cell, latex, latex_by_group, markdown, tex_label
+from harness.report.tables import coverage_cell, fmt_cell, latex, latex_by_group, markdown, short_of, tex_label
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +156,7 @@ def category_table(rows: pd.DataFrame, **kwargs: Any) -> tuple[pd.DataFrame, pd.
 
 def _category_cell(r: pd.Series) -> str:
     """A category's speedup, with ``(k/n)`` when it is over fewer samples than the category has."""
-    n, total = columns.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
-    short = not pd.isna(n) and not pd.isna(total) and n < total
-    return fmt_cell(r.get("speedup")) + (f" ({int(n)}/{int(total)})" if short else "")
+    return fmt_cell(r.get("speedup")) + short_of(r)
 
 
 
@@ -280,10 +278,11 @@ def write_report(paths: Sequence[str | Path], out_dir: str | Path | None = None,
         numeric_t, text_t = by_task
         shown = agg[agg["group"].isin(set(numeric_t["group"]))]
         cap = task_table.caption(what_measured(shown), settings_caption(shown), task_table.any_interval(text_t))
+        md_t = task_table.markdown(text_t)
         csv("tasks.csv", numeric_t)
-        put("tasks.md", task_table.markdown(text_t) + "\n")
+        put("tasks.md", md_t + "\n")
         put("tasks.tex", task_table.latex(text_t, cap, tex_label("tasks", source, out)))
-        sections.append("## Tasks side by side\n\n" + cap + "\n\n" + task_table.markdown(text_t))
+        sections.append("## Tasks side by side\n\n" + cap + "\n\n" + md_t)
     else:  # an earlier report's table of these rows would now be stale
         for stale in ("tasks.csv", "tasks.md", "tasks.tex"):
             (out / stale).unlink(missing_ok=True)

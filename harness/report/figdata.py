@@ -179,7 +179,7 @@ def task_bars(rows: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     if agg.empty or "task" not in agg or agg["task"].nunique() < 2 or \
             agg.groupby("task")["group"].nunique().max() > 1 or setups(agg).nunique() > 1:
         return pd.DataFrame()
-    names = scope_free_names(prepare(rows))
+    names = scope_free_names(rows)
     out = agg[(agg["decoder"] != "vanilla") & agg["speedup"].notna()].copy()
     scope = {str(d): params_of(p).get("pool_scope") for d, p in zip(out["decoder"], out.get("decoder_params",
                                                                                              out["decoder"]))}

@@ -48,6 +48,12 @@ def coverage_cell(r: Mapping[str, Any], unit: str = "samples") -> str:
     return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
 
 
+def short_of(r: Mapping[str, Any]) -> str:
+    """`` (3/5)`` after a figure over fewer samples than its run group has (:func:`coverage_cell`), else empty."""
+    cell = coverage_cell(r)
+    return f" ({cell})" if "/" in cell else ""
+
+
 def show_cells(agg: pd.DataFrame) -> bool:
     """Whether a table shows ``cells`` beside ``samples``: a group has more cells than samples (turns) and a
     row's figures miss some of them (where every row covers every cell, ``samples`` says it all)."""
@@ -278,11 +284,6 @@ def fit(text: pd.DataFrame) -> tuple[str, str]:
         return "table", r"\small"
     size = next((s for s, pt in FONT_PT.items() if frame_width_pt(text, pt) <= TEXT_PT), list(FONT_PT)[-1])
     return "table*", size
-
-
-def environment(text: pd.DataFrame) -> str:
-    """The float environment of :func:`fit`."""
-    return fit(text)[0]
 
 
 def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: str = "") -> str:

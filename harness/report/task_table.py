@@ -4,8 +4,8 @@ shape of Ouroboros' Table 1 (arXiv 2402.13720) and of OPT-Tree's main comparison
 table (:mod:`harness.report.main_table`) keeps one block of rows per run group; this one sets the tasks of one
 setup side by side.
 
-A setup is a run identity less the task (:data:`SETUP_FIELDS`: model pair, dtype, machine, code, token budget,
-sampling): the cells of one row come from groups of one setup, each cell from exactly one group. The table is
+A setup is a run identity less the task and its token budget (:data:`SETUP_FIELDS`: model pair, dtype, machine,
+code, sampling): the cells of one row come from groups of one setup, each cell from exactly one group. The table is
 written when the rows hold two or more tasks of one setup; it is left out, with the reason logged, when one task
 holds two groups of one setup (two runs that only a hidden setting tells apart: the main table shows them).
 The csv is long (one line per setup, task and configuration) and adds tokens/s and each cell's sample counts.
@@ -20,7 +20,7 @@ import pandas as pd
 
 from harness.rows import columns
 from harness.report.tables import (COLUMN_GAP_PT, COLUMN_PT, FONT_PT, TEXT_PT, has_interval, interval_cell,
-                                   tex_escape, tex_header, text_width_em, width_pt)
+                                   short_of, tex_escape, tex_header, text_width_em, width_pt)
 from harness.report.tables import markdown as md
 
 log = logging.getLogger(__name__)
@@ -84,24 +84,18 @@ def task_table(agg: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | None:
              for t in tasks}
     text = pd.DataFrame("-", index=index, dtype=object,
                         columns=pd.MultiIndex.from_tuples([(t, h) for t in tasks for h in (heads[t], "τ")]))
+    cells = {(s, str(lab), str(t)): r for (_, r), s, lab, t in zip(agg.iterrows(), agg["setup"], agg["label"],
+                                                                    agg["task"])}
     for i, key in enumerate(keys):
         for t in tasks:
-            m = agg[(agg["setup"] == key[0]) & (agg["label"].astype(str) == key[1]) & (agg["task"].astype(str) == t)]
-            if len(m):
-                text.iloc[i, text.columns.get_loc((t, heads[t]))] = _speedup_cell(m.iloc[0])
-                text.iloc[i, text.columns.get_loc((t, "τ"))] = columns.format_value(m["accept_length"].iloc[0],
-                                                                                     ".2f", missing="-")
+            if (r := cells.get((*key, t))) is not None:
+                text.iloc[i, text.columns.get_loc((t, heads[t]))] = \
+                    interval_cell(r, "speedup", ".2f", note_few=False) + short_of(r)
+                text.iloc[i, text.columns.get_loc((t, "τ"))] = columns.format_value(r["accept_length"], ".2f",
+                                                                                     missing="-")
     text.columns.names = ["task", "decoder"]
     numeric = agg[[c for c in CSV_COLUMNS if c in agg]].reset_index(drop=True)
     return numeric, text
-
-
-def _speedup_cell(r: pd.Series) -> str:
-    """Speedup with its interval where it has one, and ``(k/n)`` when its figures are over k of the group's n
-    samples."""
-    cell = interval_cell(r, "speedup", ".2f", note_few=False)
-    n, total = columns.num(pd.Series([r.get("paired_samples"), r.get("group_samples")]))
-    return cell + (f" ({int(n)}/{int(total)})" if not pd.isna(n) and not pd.isna(total) and n < total else "")
 
 
 def markdown(text: pd.DataFrame) -> str:
