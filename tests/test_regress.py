@@ -24,12 +24,14 @@ from fixture_rows import fixture_rows, real_run, write_run
 from harness.rows import columns
 from harness.regress import cells as gate_cells
 from harness.regress import checks as gate_checks
+from harness.regress import classes as gate_classes
 from harness.regress import noise as gate_noise
 from harness.regress import gate as regress
 
 ROOT = Path(__file__).resolve().parent.parent
 RACE = ROOT / "results" / "reference" / "race20_cpu"
-TINY_BASELINE = ROOT / "benchmarks" / "baselines" / "tiny_random.json"
+TINY_BASELINES = ROOT / "benchmarks" / "baselines" / "tiny_random"   # one file per machine class
+TINY_FILES = sorted(TINY_BASELINES.glob("*.json"))
 SPEC = "humaneval | target-7b / draft-1b | speculative"
 
 
@@ -231,8 +233,9 @@ def test_tokens_per_s_noted_with_the_machine(baseline, tmp_path, capsys):
     notes = [line for line in capsys.readouterr().out.splitlines() if " tokens_per_s " in line]
     assert notes and all(" note " in line for line in notes)
     other = write_run(tmp_path / "other", fixture_rows("y", vanilla_factor=0.5, identity={"device_name": "gpu"}))
-    assert gate(baseline, other) == 0
-    assert "not gated: other machine" in capsys.readouterr().out
+    assert gate(baseline, other) == 3             # one machine class recorded: speed is not judged on another
+    out = capsys.readouterr().out
+    assert "not gated: other machine" in out and "no baseline for this machine class" in out
 
 
 # ------------------------------------------------------------------------------------------ the tiny CI gate
@@ -240,9 +243,10 @@ def _limits(out: str) -> list[float]:
     return [float(m) for m in re.findall(r">= (-?[0-9.]+) \(margin", out)]
 
 
-def test_ci_gate_limits_are_positive_and_catch_a_slowdown(capsys):
+@pytest.mark.parametrize("path", TINY_FILES, ids=lambda p: p.stem)
+def test_ci_gate_limits_are_positive_and_catch_a_slowdown(path, capsys):
     # Reproducer: the tiny-model CI gate had limits like `>= -0.513`: it could not fail on speed.
-    data = json.loads(TINY_BASELINE.read_text())
+    data = json.loads(path.read_text())
     assert data["meta"]["version"] == gate_cells.BASELINE_VERSION
     tol = ci_tolerances()
     same = gate_checks.compare(data, data, tol)
@@ -282,11 +286,13 @@ def ci_tolerances() -> gate_checks.Tolerances:
                                   max_contention=args["--max-contention"])
 
 
-def test_committed_baseline_is_current():
+@pytest.mark.parametrize("path", TINY_FILES, ids=lambda p: p.stem)
+def test_committed_baseline_is_current(path):
     # Reproducer: the committed baseline named the machine "AMD EPYC (2 cores)", a device_name format the
     # runner no longer writes, so tokens/s was "not gated: other machine" on every CI run.
-    data = json.loads(TINY_BASELINE.read_text())
+    data = json.loads(path.read_text())
     meta = data["meta"]
+    assert path.name == gate_classes.file_name(data)       # where ci_regress.sh --update writes its class
     assert re.search(r"\[\d+/\d+\] \(\d+ cores, ", meta["device_name"]), meta["device_name"]
     assert meta["torch_num_threads"] == 1                   # benchmarks/ci_regress.sh runs one torch thread
     assert meta["load"]["rows_over"] == 0 and meta["load"]["peak"] < meta["load"]["cores"] + 0.5  # quiet
@@ -299,6 +305,112 @@ def test_committed_baseline_is_current():
     checks = gate_checks.compare(data, data, ci_tolerances())
     assert not [c for c in checks if c.failed or c.unjudged]
     assert _ci_gate_args()["--max-margin"] < 0.5
+
+
+def _as_machine(data: dict, device: str) -> dict:
+    """A copy of a baseline-shaped summary as if measured on ``device``."""
+    out = copy.deepcopy(data)
+    out["meta"]["device_name"] = device
+    for cell in out["cells"].values():
+        cell["device_name"] = device
+    return out
+
+
+def _slowed(data: dict, name: str, factor: float) -> dict:
+    """A copy with the cell ``name`` ``factor`` times slower (its speedup and every paired ln ratio)."""
+    out = copy.deepcopy(data)
+    out["cells"][name]["speedup"] /= factor
+    out["cells"][name]["speedup_values"] = {k: [x - math.log(factor) for x in v]
+                                            for k, v in out["cells"][name]["speedup_values"].items()}
+    return out
+
+
+def test_each_machine_class_has_its_own_baseline_and_the_classes_differ():
+    # Reproducer: CI on a 2-core AMX Xeon failed unchanged code (Ouroboros 1.043 against a limit of 1.046)
+    # because the one committed baseline was a Zen 3 EPYC's: the same code's paired speedups sit 2-5 % lower on
+    # the Xeon (recorded quietly on both, counters identical). Each class is now judged against its own file.
+    baselines = gate_classes.load([TINY_BASELINES])
+    assert len(baselines) >= 2 and len({b.machine for b in baselines}) == len(baselines)
+    spread = gate_classes.spreads(baselines)
+    name = "humaneval | tiny-random-qwen2 / tiny-random-qwen2-twin | ouroboros"
+    assert spread[name] > 0.03                               # more than half the 5 % floor: classes differ
+    digests = {b.machine: {n: c["counters_digest"] for n, c in b.data["cells"].items()} for b in baselines}
+    assert len({json.dumps(d, sort_keys=True) for d in digests.values()}) == 1   # ... in speed, not in counters
+    for b in baselines:                                      # a run of a recorded class: judged by its file alone
+        checks, used, line = gate_classes.judge(baselines, copy.deepcopy(b.data), ci_tolerances())
+        assert used == [b] and line.startswith("machine class recorded")
+        assert not [c for c in checks if c.failed or c.unjudged]
+        assert not [c for c in checks if "widened" in c.limit]
+
+
+def test_an_unrecorded_class_is_judged_with_margins_widened_by_the_spread():
+    baselines = gate_classes.load([TINY_BASELINES])
+    spread = gate_classes.spreads(baselines)
+    tol = ci_tolerances()
+    name = "humaneval | tiny-random-qwen2 / tiny-random-qwen2-twin | ouroboros"
+    for b in baselines:                       # a machine like either recorded one passes, margins widened
+        run = _as_machine(b.data, "Test CPU [0/0] (2 cores, avx2)")
+        checks, used, line = gate_classes.judge(baselines, run, tol)
+        assert "NOT recorded" in line and used
+        assert not [c for c in checks if c.failed or c.unjudged], gate_checks.format_checks(checks)
+        speed = {c.cell: c for c in checks if c.metric == "speedup"}
+        assert all("widened by" in c.limit for c in speed.values())
+        own = next(c for c in gate_checks.compare(b.data, b.data, tol) if c.cell == name and c.metric == "speedup")
+        own_margin = float(re.search(r"margin ([0-9.]+)%", own.limit)[1])
+        wide_margin = float(re.search(r"margin ([0-9.]+)%", speed[name].limit)[1])
+        assert wide_margin == pytest.approx(100 * (1 - (1 - own_margin / 100) * math.exp(-spread[name])), abs=0.06)
+    # ... and still fails a real slowdown: Ouroboros 1.2x slower on the unrecorded machine, alone
+    slow = _slowed(_as_machine(baselines[0].data, "Test CPU [0/0] (2 cores, avx2)"), name, 1.2)
+    checks, _, _ = gate_classes.judge(baselines, slow, tol)
+    assert [(c.cell, c.metric) for c in checks if c.failed] == [(name, "speedup")]
+    status, _ = gate_checks.verdict(checks)
+    assert status == 1
+
+
+def test_one_recorded_class_does_not_judge_speed_on_another(tmp_path, capsys):
+    # With one machine class recorded there is no measured spread: speed on another machine is NOT JUDGED
+    # (exit 3, never a pass); counters and equality are still gated exactly.
+    first, second = TINY_FILES[:2]
+    only = tmp_path / "one"
+    only.mkdir()
+    (only / first.name).write_text(first.read_text())
+    baselines = gate_classes.load([only])
+    run = json.loads(second.read_text())
+    checks, used, line = gate_classes.judge(baselines, run, ci_tolerances())
+    assert "NOT recorded" in line and "speed not judged" in line
+    assert {c.verdict for c in checks if c.metric == "speedup"} == {"UNGATED"}
+    assert not [c for c in checks if c.failed]
+    assert gate_checks.verdict(checks)[0] == gate_checks.EXIT_UNJUDGED
+    doctored = copy.deepcopy(run)
+    doctored["cells"][next(n for n in run["cells"] if n.endswith("speculative"))]["counters"]["num_steps"] += 1
+    assert gate_checks.verdict(gate_classes.judge(baselines, doctored, ci_tolerances())[0])[0] == 1
+
+
+def test_baseline_folders_are_refused_in_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = write_run(tmp_path / "run", fixture_rows("x"))
+    assert regress.main(["--baseline", str(empty), "--current", str(run)]) == 2
+    assert "no baseline JSON under" in capsys.readouterr().err
+    twins = tmp_path / "twins"
+    twins.mkdir()
+    for stem in ("a", "b"):
+        (twins / f"{stem}.json").write_text(TINY_FILES[0].read_text())
+    assert regress.main(["--baseline", str(twins), "--current", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "keep one per machine class" in err and len(err.strip().splitlines()) == 1
+    assert regress.main(["--baseline", str(tmp_path / "nowhere"), "--current", str(run)]) == 2
+    assert "no such baseline file or folder" in capsys.readouterr().err
+
+
+def test_write_baseline_into_a_folder_names_the_machine_class(tmp_path):
+    run = write_run(tmp_path / "run", fixture_rows("x"))
+    folder = tmp_path / "classes"
+    folder.mkdir()
+    path = regress.write_baseline([run], folder)
+    data = json.loads(path.read_text())
+    assert path.parent == folder and path.name == gate_classes.file_name(data)
+    assert gate_classes.load([folder])[0].machine == gate_classes.class_of(data)
 
 
 # ------------------------------------------------------------------------------------------ bookkeeping

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from harness.regress.cells import SETTINGS
 from harness.regress.noise import MAX_CONTENTION, MIN_CLEAN_SHARE, shift, speed_margin
@@ -33,6 +33,20 @@ class Tolerances:
     allow_missing: bool = False
     max_load_per_core: float = 2.5   # rows without measured contention, above this load x cores: not judged
     max_contention: float = MAX_CONTENTION  # pairs that waited longer for a CPU (share of wall) are left out
+
+
+@dataclass(frozen=True)
+class CrossClass:
+    """A run judged against the baseline of another machine class (:mod:`harness.regress.classes`).
+
+    Attributes:
+        spread: per cell, ``ln(max / min)`` of its speedup between the recorded machine classes: the speed
+            margin is widened by it; a cell without one is not judged (UNGATED).
+        against: the baseline's machine class in words.
+    """
+
+    spread: Mapping[str, float]
+    against: str
 
 
 @dataclass
@@ -66,9 +80,11 @@ def fmt_number(v: float | None, fmt: str = ".3f") -> str:
 _f = fmt_number  # the short name the check lines below use
 
 
-def compare(baseline: dict[str, Any], current: dict[str, Any], tol: Tolerances) -> list[Check]:
+def compare(baseline: dict[str, Any], current: dict[str, Any], tol: Tolerances, cross: CrossClass | None = None
+            ) -> list[Check]:
     """All checks of ``current`` against ``baseline`` (both as returned by
-    :func:`harness.regress.cells.summarize_cells`).
+    :func:`harness.regress.cells.summarize_cells`); ``cross`` when the run's machine class is not the
+    baseline's (:mod:`harness.regress.classes` decides).
 
     Raises:
         ValueError: when a cell was measured on a different sample set, budget or task version.
@@ -83,8 +99,8 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tol: Tolerances) 
             continue
         for k in SETTINGS:
             if k in b and _setting(c, k) != _setting(b, k):
-                raise ValueError(f"{name}: {k} is {_setting(c, k)} in the run but {_setting(b, k)} in the baseline; the "
-                                 f"numbers are not comparable (rerun with the baseline's settings or write a "
+                raise ValueError(f"{name}: {k} is {_setting(c, k)} in the run but {_setting(b, k)} in the baseline; "
+                                 f"the numbers are not comparable (rerun with the baseline's settings or write a "
                                  f"new baseline)")
         if c["sample_digest"] != b["sample_digest"] or c["samples"] != b["samples"]:
             raise ValueError(f"{name}: the run covers {c['samples']} samples (digest {c['sample_digest']}), the "
@@ -95,7 +111,7 @@ def compare(baseline: dict[str, Any], current: dict[str, Any], tol: Tolerances) 
         fp32 = (c.get("dtype") or b.get("dtype")) == "float32"
         checks += _equality(name, b, c, fp32, tol)
         checks += _counters(name, b, c, fp32, tol)
-        checks += _speed(name, b, c, tol, threads)
+        checks += _speed(name, b, c, tol, threads, cross)
     for name in cur_cells.keys() - base_cells.keys():
         checks.append(Check(name, "present", "no", "yes", "-", "new"))
     return checks
@@ -198,10 +214,12 @@ def _load_text(c: dict) -> str:
             else "load not recorded")
 
 
-def _speed(name: str, b: dict, c: dict, tol: Tolerances, threads: tuple[Any, Any] = (None, None)) -> list[Check]:
+def _speed(name: str, b: dict, c: dict, tol: Tolerances, threads: tuple[Any, Any] = (None, None),
+           cross: CrossClass | None = None) -> list[Check]:
     """The speed checks of a cell: its speedup over paired timings, gated unless contention (or, for rows
-    that did not measure it, the load) says it cannot be judged; its tokens/s, reported and not gated (absolute
-    speed differs between processes and with load in ways no paired ratio does)."""
+    that did not measure it, the load) says it cannot be judged, its margin widened by ``cross.spread`` on
+    another machine class (not judged without one); its tokens/s, reported and not gated (absolute speed
+    differs between processes and with load in ways no paired ratio does)."""
     out = []
     other = None
     if b.get("device_name") != c.get("device_name"):
@@ -239,6 +257,19 @@ def _speed(name: str, b: dict, c: dict, tol: Tolerances, threads: tuple[Any, Any
     if margin is None:
         return out + [Check(name, "speedup", _f(base), _f(cur), f"{how} ({_load_text(c)})", "UNGATED",
                             f"timing noise too large, {_load_text(c)}")]
+    if cross is not None:
+        spread = cross.spread.get(name)
+        if spread is None:
+            why = (f"other machine class (baseline: {cross.against}) and no spread between recorded classes to "
+                   f"widen the margin by: record this machine's baseline (bash benchmarks/ci_regress.sh --update)")
+            return out + [Check(name, "speedup", _f(base), _f(cur), why, "UNGATED",
+                                "no baseline for this machine class")]
+        margin = 1.0 - (1.0 - margin) * math.exp(-spread)
+        how = (f"vs {cross.against}: {how}; widened by {1.0 - math.exp(-spread):.1%}, the spread between recorded "
+               f"machine classes")
+        if margin > tol.max_margin:
+            return out + [Check(name, "speedup", _f(base), _f(cur), f"{how}; margin {margin:.0%} > max "
+                                f"{tol.max_margin:.0%}", "UNGATED", "machine classes differ too much")]
     limit = base * (1.0 - margin)
     better = cur > base * (1.0 + margin)
     return out + [Check(name, "speedup", _f(base), _f(cur), f">= {limit:.3f} (margin {margin:.1%}: {how})",

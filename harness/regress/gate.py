@@ -4,7 +4,8 @@ met too much contention (or the timings were too noisy) to judge speed.
 Usage::
 
     python -m harness.regress --write-baseline RUN [RUN ...] --out baseline.json   # baseline from run(s)
-    python -m harness.regress --baseline baseline.json --current RUN [RUN ...]
+    python -m harness.regress --write-baseline RUN [RUN ...] --out FOLDER   # FOLDER/<machine class>.json
+    python -m harness.regress --baseline baseline.json|FOLDER [...] --current RUN [RUN ...]
 
 A *cell* is (task, model pair, decoder configuration). Per cell the gate checks equality with vanilla (float32:
 no new divergence; half precision: ``--equality-tolerance``; sampled runs: not gated), the deterministic
@@ -15,6 +16,10 @@ gated). Timed pairs that waited longer than ``--max-contention`` of their wall t
 cell with too few pairs left, or a margin above ``--max-margin``, is not judged. A baseline cell missing from
 the run fails (``--allow-missing`` to accept); runs over other samples, budget, task version, sampling settings
 or seeds are refused; ``--write-baseline`` refuses contended or loaded rows (``--allow-busy`` overrides).
+
+Paired speedups of tiny models differ between CPUs: a baseline folder holds one file per machine class, and a
+run on a class without one of its own is judged as :mod:`harness.regress.classes` says (margins widened by the
+spread between recorded classes; with one class recorded, speed is not judged there).
 
 Why timings of small models are noisy, the statistics of the speed figures, the margin and the contention cut,
 and the alternatives weighed: docs/measurement.md, "The regression gate's statistics". Modules: cell summaries
@@ -34,9 +39,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.regress.cells import BASELINE_VERSION, summarize_cells
-from harness.regress.checks import (Tolerances, compare, contended, contention_text, fmt_number, format_checks,
-                                    verdict)
+from harness.regress import classes
+from harness.regress.cells import summarize_cells
+from harness.regress.checks import Tolerances, contended, contention_text, fmt_number, format_checks, verdict
 from harness.regress.noise import MAX_CONTENTION
 from harness.rows import flags
 
@@ -45,9 +50,10 @@ _f = fmt_number
 
 def write_baseline(paths: Sequence[str | Path], out: str | Path, n_boot: int = 200, seed: int = 0,
                    allow_busy: bool = False, max_contention: float = MAX_CONTENTION) -> Path:
-    """Write the baseline JSON of the runs under ``paths`` to ``out`` (several runs of one identity, and
-    repeats, are replicates for the noise; pairs that waited longer than ``max_contention`` for a CPU are left
-    out, as in the run judged).
+    """Write the baseline JSON of the runs under ``paths`` to ``out``, or, where ``out`` is a folder, to the
+    file of the runs' machine class in it (:func:`harness.regress.classes.file_name`); several runs of one
+    identity, and repeats, are replicates for the noise; pairs that waited longer than ``max_contention`` for a
+    CPU are left out, as in the run judged. Returns the file written.
 
     Raises:
         ValueError: a cell's pairs were mostly contended (:func:`harness.regress.checks.contended`), or, for
@@ -66,6 +72,8 @@ def write_baseline(paths: Sequence[str | Path], out: str | Path, n_boot: int = 2
                          f"{load['peak']:.1f} on {load['cores']:g} usable cores > cores + {flags.LOAD_MARGIN:g}); "
                          f"a baseline must be quiet: re-measure (or --allow-busy)")
     out = Path(out)
+    if out.is_dir():
+        out = out / classes.file_name(data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
     return out
@@ -79,8 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write-baseline", nargs="+", metavar="RUN", help="write a baseline from these runs "
                       "(several runs of one configuration, and repeats, measure the noise)")
-    mode.add_argument("--baseline", help="baseline JSON to compare against")
-    parser.add_argument("--out", help="with --write-baseline: the JSON to write")
+    mode.add_argument("--baseline", nargs="+", metavar="JSON|FOLDER", help="baseline JSON file(s), or folder(s) "
+                      "of one file per machine class, to compare against")
+    parser.add_argument("--out", help="with --write-baseline: the JSON to write, or a folder (the file of the "
+                        "runs' machine class in it)")
     parser.add_argument("--allow-busy", action="store_true", help="with --write-baseline: accept rows measured "
                         "on a loaded machine")
     parser.add_argument("--current", nargs="+", metavar="RUN", help="with --baseline: the run(s) to judge")
@@ -116,19 +126,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if not args.current:
             parser.error("--baseline needs --current RUN")
-        baseline = json.loads(Path(args.baseline).read_text())
-        if baseline.get("meta", {}).get("version") != BASELINE_VERSION:
-            raise ValueError(f"{args.baseline}: baseline version {baseline.get('meta', {}).get('version')} != "
-                             f"{BASELINE_VERSION}; write a new baseline (--write-baseline)")
+        baselines = classes.load(args.baseline)
         current = summarize_cells(args.current, max_contention=args.max_contention)
         tol = Tolerances(args.accept_length_tolerance, args.equality_tolerance, args.k, args.assumed_noise,
                          args.min_margin, args.max_margin, args.allow_missing, args.max_load_per_core,
                          args.max_contention)
-        checks = compare(baseline, current, tol)
+        checks, used, matched = classes.judge(baselines, current, tol)
     except (FileNotFoundError, ValueError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for side, path, data in (("baseline", args.baseline, baseline), ("current", ", ".join(args.current), current)):
+    print(matched)
+    sides = [("baseline", str(b.path), b.data) for b in used] + [("current", ", ".join(args.current), current)]
+    for side, path, data in sides:
         m = data["meta"]
         load = m.get("load") or {}
         print(f"{side + ':':9s} {path} (commit {m.get('git_commit')}, {m.get('device_name')}, torch threads "

@@ -1,0 +1,156 @@
+"""One gate baseline per machine class, and how a run is judged on a class that has none of its own.
+
+A tiny model's paired speedups depend on the CPU, not only on the code: its steps are host overhead, and how a
+decoder's extra Python and small ops weigh against vanilla's differs between microarchitectures. Measured with
+the CI job (3 quiet runs x 70 repeats each, same commit, identical counters): speculative 0.816 / 0.801, prompt
+lookup 1.692 / 1.639, Lookahead 1.257 / 1.203, Ouroboros 1.101 / 1.050 on a 2-core AMD EPYC (Zen 3, AVX2) / a
+2-core Intel Xeon (AVX-512, AMX): every decoder 2-5 % lower on the Xeon. Judged against the EPYC's baseline, a
+quiet Xeon run of unchanged code read Ouroboros 1.043 against a limit of 1.046: a false alarm.
+
+So a baseline is a folder of JSON files, one per machine class (:func:`class_of`: the CPU as ``device_name``
+names it, and the torch thread count), and a run is judged:
+
+* on a class with a baseline of its own: against that one alone, with the noise model's margin;
+* on a class without one, where two or more classes are recorded: each cell against the recorded class it
+  matches best (fewest failed checks, then fewest unjudged), the margin of its speed check widened by the
+  cell's spread between the recorded classes (``ln(max / min)`` of their speedups): the run must look like
+  one of the recorded machines, give or take how far those differ from each other. Counters and equality are
+  exact as always (float32), against that class;
+* on a class without one, where one class is recorded: counters and equality are gated, speed is not judged
+  (exit 3, never a pass): one machine says nothing about how far another one's speedups may sit.
+
+``benchmarks/ci_regress.sh --update`` writes the current machine's file (:func:`file_name`). Reads JSON only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.regress.cells import BASELINE_VERSION
+from harness.regress.checks import CrossClass, Check, Tolerances, compare
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One machine class's baseline: where it was read from and its JSON (``{"meta": ..., "cells": ...}``)."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def machine(self) -> tuple[Any, Any]:
+        return class_of(self.data)
+
+
+def class_of(summary: dict[str, Any]) -> tuple[Any, Any]:
+    """The machine class of a baseline or run summary: ``(device_name, torch_num_threads)`` from its meta (a
+    list of thread counts, from runs that differ, as a tuple)."""
+    meta = summary.get("meta") or {}
+    threads = meta.get("torch_num_threads")
+    return meta.get("device_name"), tuple(threads) if isinstance(threads, list) else threads
+
+
+def same_class(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
+    """Whether two machine classes are one: the same ``device_name``, and the same thread count where both
+    recorded one (rows and baselines written before thread counts were recorded match on the device)."""
+    return a[0] == b[0] and (a[1] == b[1] or None in (a[1], b[1]))
+
+
+def describe(machine: tuple[Any, Any]) -> str:
+    """A machine class in words: ``AMD EPYC [25/1] (2 cores, avx2), 1 torch thread(s)``."""
+    return f"{machine[0]}, {machine[1] if machine[1] is not None else '?'} torch thread(s)"
+
+
+def file_name(summary: dict[str, Any]) -> str:
+    """The file a machine class's baseline is written to inside a baseline folder: its ``device_name`` and
+    thread count as a slug, ``amd-epyc-25-1-2-cores-avx2-t1.json``."""
+    device, threads = class_of(summary)
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)", "", str(device or "unknown").lower())).strip("-")
+    return f"{slug}-t{threads if threads is not None else 'x'}.json"
+
+
+def load(paths: Sequence[str | Path]) -> list[Baseline]:
+    """The baselines named by ``paths``: JSON files, or folders whose ``*.json`` files are read (sorted).
+
+    Raises:
+        ValueError: no baseline found, a file of another baseline version, or two files of one machine class.
+        FileNotFoundError: a path that does not exist.
+        json.JSONDecodeError: a file that is not JSON.
+    """
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted(p.glob("*.json"))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such baseline file or folder")
+    if not files:
+        raise ValueError(f"no baseline JSON under {', '.join(map(str, paths))}; write one on this machine "
+                         f"(bash benchmarks/ci_regress.sh --update)")
+    out: list[Baseline] = []
+    for f in files:
+        data = json.loads(f.read_text())
+        version = (data.get("meta") or {}).get("version")
+        if version != BASELINE_VERSION:
+            raise ValueError(f"{f}: baseline version {version} != {BASELINE_VERSION}; write a new baseline "
+                             f"(--write-baseline)")
+        b = Baseline(f, data)
+        twin = next((o for o in out if o.machine == b.machine), None)
+        if twin is not None:
+            raise ValueError(f"{twin.path} and {f} are both baselines of {describe(b.machine)}; keep one per "
+                             f"machine class")
+        out.append(b)
+    return out
+
+
+def spreads(baselines: Sequence[Baseline]) -> dict[str, float]:
+    """Per cell, ``ln(max / min)`` of its speedup over the recorded classes that have one; only cells that two
+    or more classes measured."""
+    values: dict[str, list[float]] = {}
+    for b in baselines:
+        for name, cell in b.data["cells"].items():
+            if cell.get("speedup") and cell["speedup"] > 0:
+                values.setdefault(name, []).append(float(cell["speedup"]))
+    return {name: math.log(max(v) / min(v)) for name, v in values.items() if len(v) >= 2}
+
+
+def judge(baselines: Sequence[Baseline], current: dict[str, Any], tol: Tolerances
+          ) -> tuple[list[Check], list[Baseline], str]:
+    """The checks of ``current`` against the baselines as the module docstring says, the baselines used, and
+    a line saying how the machine class was matched.
+
+    Raises:
+        ValueError: from :func:`harness.regress.checks.compare` (runs over other samples or settings).
+    """
+    machine = class_of(current)
+    own = [b for b in baselines if same_class(b.machine, machine)]
+    if own:
+        return compare(own[0].data, current, tol), own, f"machine class recorded: {describe(machine)}"
+    recorded = "; ".join(describe(b.machine) for b in baselines)
+    spread = spreads(baselines)
+    if len(baselines) < 2 or not spread:
+        cross = CrossClass({}, describe(baselines[0].machine))
+        return (compare(baselines[0].data, current, tol, cross), list(baselines[:1]),
+                f"machine class NOT recorded ({describe(machine)}): speed not judged against another machine; "
+                f"record this one (bash benchmarks/ci_regress.sh --update)")
+    per_class = [(b, compare(b.data, current, tol, CrossClass(spread, describe(b.machine)))) for b in baselines]
+    names = list(dict.fromkeys(c.cell for _, checks in per_class for c in checks))
+    out: list[Check] = []
+    used: dict[Path, Baseline] = {}
+    for name in names:
+        ranked = []
+        for i, (b, checks) in enumerate(per_class):
+            mine = [c for c in checks if c.cell == name]
+            ranked.append((sum(c.failed for c in mine), sum(c.unjudged for c in mine), i, b, mine))
+        *_, b, mine = min(ranked, key=lambda r: r[:3])
+        used[b.path] = b
+        out += mine
+    return out, list(used.values()), (
+        f"machine class NOT recorded ({describe(machine)}): each cell judged against the recorded class it "
+        f"matches best ({recorded}), speed margins widened by the cell's spread between those classes")
