@@ -5,7 +5,8 @@ runs::
     .venv/bin/python benchmarks/costs.py RUN [RUN ...] --write   # merged into benchmarks/baselines/costs.json
 
 A run gives one entry per machine class of its rows (the model pair's config name, the dtype, the CPU's
-instruction sets ``cpu_isa``): vanilla's tokens/s and mean time to the first token, per task and over all tasks;
+instruction sets ``cpu_isa``): vanilla's tokens/s and mean time to the first token, per task and over all tasks,
+and per task how long its answers ran at the budget measured (:func:`lengths`);
 every decoder configuration's speedup (the report's: the mean of per-sample speedups, paired with vanilla in the
 same run) and each decoder class's mean speedup. An entry written again replaces the old one of its class, so the
 table follows the latest measurement; ``source`` names the runs it came from. Rows of another machine class never
@@ -23,6 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.config.estimate import COSTS_FILE, load_costs, machine_key  # noqa: E402
+
+
+def lengths(vanilla) -> dict[str, float]:
+    """How long a task's answers ran at the budget they were measured at (vanilla's rows: every decoder emits
+    the same tokens): ``budget`` (the rows' largest ``max_new_tokens``), ``mean_new_tokens`` and ``capped_share``
+    (the share of rows that reached the budget); empty where the rows lack the columns. The estimate prices a
+    call by them instead of by the whole budget (:func:`harness.config.estimate.expected_tokens`)."""
+    from harness.rows.values import num
+
+    if "max_new_tokens" not in vanilla or "new_tokens" not in vanilla:
+        return {}
+    budget, new = num(vanilla["max_new_tokens"]), num(vanilla["new_tokens"])
+    if budget.dropna().empty or new.dropna().empty:
+        return {}
+    top = float(budget.max())
+    return {"budget": int(top), "mean_new_tokens": round(float(new.mean()), 2),
+            "capped_share": round(float((new >= top).mean()), 4)}
 
 
 def entries(run_dirs: list[str]) -> dict[str, dict]:
@@ -44,7 +62,7 @@ def entries(run_dirs: list[str]) -> dict[str, dict]:
         if vanilla.empty:
             continue
         tasks = {str(t): {"vanilla_tokens_per_s": round(float(num(v["tokens_per_s"]).mean()), 4),
-                          "prefill_s": round(float(num(v["ttft_s"]).mean()), 4)}
+                          "prefill_s": round(float(num(v["ttft_s"]).mean()), 4), **lengths(v)}
                  for t, v in vanilla.groupby("task")} if "ttft_s" in vanilla else {}
         speedup = {str(d): round(float(s), 4) for d, s in agg.groupby("decoder")["speedup"].mean().items()
                    if d != "vanilla" and pd.notna(s)}

@@ -34,12 +34,14 @@ from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, P
                          shade, short_groups, stacked_axes, wrap_text)
 
 from plots.by_task import task_bars  # the papers' grouped bars per task, a module of its own
+from plots.per_sample import speedup_per_sample  # the spread of speedups over samples
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "speedup_by_task", "accept_length_by_decoder", "acceptance_by_position", "tokens_per_s_vs_param",
-    "accept_length_vs_nodes", "time_breakdown", "warm_vs_cold", "compare_speedups", "task_bars", "Style", "palette",
+    "accept_length_vs_nodes", "time_breakdown", "warm_vs_cold", "compare_speedups", "task_bars",
+    "speedup_per_sample", "Style", "palette",
     "save", "caption",
     "draw_all", "FIGURES",
 ]
@@ -284,25 +286,40 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
     """Accept length (left) and speedup with its CI (right) against the draft tree's node budget
     (``num_nodes``): OPT-Tree's scaling figure. Points are the aggregate's rows with a ``num_nodes`` (each its
     own decoder config, as in a tuning grid); one line per combination of the tree's other options
-    (:data:`TREE_OPTIONS`), run groups by line style. Skipped unless ``num_nodes`` takes two values or more."""
+    (:data:`TREE_OPTIONS`), run groups by line style. A cost-aware tree (``cost_aware``) sizes each tree below
+    its budget: it stands at the nodes it verified per step (``target_tokens_fed_per_step``), not at its budget,
+    and says its budget beside it. Skipped unless ``num_nodes`` takes two values or more."""
     if "num_nodes" not in agg or agg["num_nodes"].dropna().astype(str).nunique() < 2:
         log.info("accept_length_vs_nodes skipped: fewer than two node budgets in the rows")
         return None
     trees = agg[agg["num_nodes"].notna()].copy()
+    budget = pd.to_numeric(trees["num_nodes"], errors="coerce").astype(float)
+    sized = (trees["cost_aware"].map(lambda v: str(v).lower() == "true") if "cost_aware" in trees
+             else pd.Series(False, index=trees.index))
+    fed = pd.to_numeric(trees.get("target_tokens_fed_per_step", pd.Series(np.nan, index=trees.index)),
+                        errors="coerce")
+    sized &= fed.notna()
+    trees["_nodes"] = budget.where(~sized, fed)
     options = [c for c in TREE_OPTIONS if c in trees and trees[c].astype(str).nunique() > 1]
     series = []
     for key, s in (trees.groupby(["group", *options], sort=False, dropna=False)):
         key = key if isinstance(key, tuple) else (key,)
         shown = ", ".join(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[1:]))
-        series.append((f"opt_tree ({shown})" if shown else "opt_tree", str(key[0]), s))  # the family's colour
+        shown += ", at nodes verified" if sized[s.index].any() else ""
+        series.append((f"opt_tree ({shown.lstrip(', ')})" if shown else "opt_tree", str(key[0]), s))
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
-    _lines(axes, series, "num_nodes", "accept_length", list(dict.fromkeys(str(g) for g in trees["group"])))
-    budgets = sorted(pd.to_numeric(trees["num_nodes"], errors="coerce").dropna().unique())
+    _lines(axes, series, "_nodes", "accept_length", list(dict.fromkeys(str(g) for g in trees["group"])))
+    for x, y, b in zip(trees.loc[sized, "_nodes"], trees.loc[sized, "accept_length"], budget[sized]):
+        axes[0].annotate(f"budget {fmt_tick(b)}", (x, y), xytext=(3, -8), textcoords="offset points",
+                         fontsize=SMALL - 1)
     for ax in axes:
-        ax.set_xlabel("node budget (num_nodes)", fontsize=FONT)
-        ax.set_xticks(budgets)  # the budgets measured, not an evenly spaced (and crowded) scale
+        ax.set_xlabel("draft tree nodes (budget; cost-aware: verified per step)" if sized.any()
+                      else "node budget (num_nodes)", fontsize=FONT)
+        ax.set_xticks(sorted(budget[~sized].dropna().unique()))  # the budgets measured, not an even scale
     axes[0].set_ylabel("accept length (tokens / target forward)", fontsize=FONT)
-    set_titles(fig, "Accept length and speedup against the node budget", subtitle)
+    set_titles(fig, "Accept length and speedup against the node budget"
+               + ("; a cost-aware tree at the nodes it verified per step (its budget beside it)" if sized.any()
+                  else ""), subtitle)
     return fig
 
 
@@ -431,6 +448,7 @@ FIGURES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "time_breakdown": (time_breakdown, ("breakdown",)),
     "warm_vs_cold": (warm_vs_cold, ("warm_cold",)),
     "task_bars": (task_bars, ("task_bars",)),
+    "speedup_per_sample": (speedup_per_sample, ("per_sample", "agg")),
 }
 
 
@@ -440,8 +458,8 @@ def draw_all(frames: Mapping[str, Any], out_dir: str | Path, only: Sequence[str]
     in one :class:`Style` built from ``frames["agg"]`` (a decoder keeps its colour across the figures).
 
     Args:
-        frames: ``agg``, ``positions``, ``breakdown``, ``warm_cold`` (DataFrames) and ``swept`` (a dict), as
-            built by :func:`harness.report.build.figure_frames`.
+        frames: ``agg``, ``positions``, ``breakdown``, ``warm_cold``, ``task_bars``, ``per_sample``
+            (DataFrames) and ``swept`` (a dict), as built by :func:`harness.report.build.figure_frames`.
         only: figure names; None = all that the frames support.
         subtitle: the line under every title (model pair, dtype, hardware, task size).
 

@@ -182,24 +182,22 @@ def legend_below(ax: Any, ncol: int = 2, title: str | None = None, handles: Any 
 
 
 def short_groups(groups: Sequence[str]) -> dict[str, str]:
-    """What tells run groups apart: each label without the words all of them start and end with
-    (``humaneval: A / B (temperature=0)`` and ``... (temperature=0.7)`` -> ``temperature=0`` and
-    ``temperature=0.7``); the whole label where nothing is shared."""
+    """What tells run groups apart: each label without the words all of them share (``humaneval: A / B
+    (temperature=0)`` and ``... (temperature=0.7)`` -> ``temperature=0`` and ``temperature=0.7``; ``humaneval: A / B
+    (task_version=1.0)`` and ``gsm8k: A / B (task_version=1.1)`` -> ``humaneval (task_version=1.0)`` and ``gsm8k
+    (task_version=1.1)``); the whole label where nothing is left, or where two labels would read alike."""
     words = [str(g).split(" ") for g in groups]
     if len(words) < 2:
         return {str(g): str(g) for g in groups}
-    head = 0
-    while all(len(w) > head + 1 for w in words) and len({w[head] for w in words}) == 1:
-        head += 1
-    tail = 0
-    while all(len(w) > head + tail + 1 for w in words) and len({w[-1 - tail] for w in words}) == 1:
-        tail += 1
+    common = set.intersection(*(set(w) for w in words))
     out = {}
     for g, w in zip(groups, words):
-        short = " ".join(w[head:len(w) - tail]).strip(" :")
-        if short.startswith("(") and short.endswith(")"):
+        short = " ".join(x for x in w if x not in common).strip(" :").replace(": (", " (")
+        if short.startswith("(") and short.endswith(")") and short.count("(") == 1:
             short = short[1:-1]
         out[str(g)] = short or str(g)
+    if len(set(out.values())) < len(out):  # shortened alike: the labels as they are
+        return {str(g): str(g) for g in groups}
     return out
 
 

@@ -19,7 +19,7 @@ import pytest
 from fixture_rows import fixture_rows, real_run, write_run
 from harness.report import compare
 from harness.report import figdata
-from harness.rows import grouping
+from harness.rows import cell_figures, grouping
 from harness.rows import metrics
 from harness.report import build as report
 from harness.rows import stats
@@ -107,6 +107,28 @@ def test_cost_ratio_wall_time_fit_recovers_c(tmp_path):
     spec = agg[agg["decoder"] == "speculative"].iloc[0]
     assert spec["cost_ratio_source"] == "option"
     assert spec["theory_speedup"] == pytest.approx(stats.theory_speedup(spec["acceptance_rate"], 4, 0.1))
+
+
+def test_in_situ_step_costs_in_units_of_a_vanilla_step():
+    """verify_cost / draft_cost: what a decoder's verify step and draft forward cost where they run, against
+    vanilla's seconds per output token on the same samples (docstring of cell_figures.step_costs)."""
+    # ttft 0.2 s; 5 decode steps verified in 1.4 - 0.2 = 1.2 s: 0.24 s each = 1.2 vanilla steps of 0.2 s;
+    # the draft prefill (0.1 s, after the first token: prefill_s 0.3) is one of the 11 draft forwards and
+    # 0.1 of the 0.6 s lapped as drafting: the other 10 take 0.05 s each = 0.25 of a vanilla step
+    g = pd.DataFrame({"ttft_s": [0.2, 0.2], "verify_time_s": [1.4, 1.4], "num_steps": [6, 6],
+                      "vanilla_tpot_s": [0.2, 0.2], "prefill_s": [0.3, 0.3], "draft_time_s": [0.6, 0.6],
+                      "draft_forwards": [11, 11]})
+    costs = cell_figures.step_costs(g)
+    assert costs["verify_cost"] == pytest.approx(1.2) and costs["draft_cost"] == pytest.approx(0.25)
+    assert math.isnan(cell_figures.step_costs(g.assign(draft_forwards=0))["draft_cost"])    # n-gram decoders
+    assert all(math.isnan(v) for v in cell_figures.step_costs(g.drop(columns="vanilla_tpot_s")).values())
+    # through the aggregate: rows with the stopwatch's columns get both, shown in the theory table
+    rows = fixture_rows("c", tasks=["humaneval"], ttft_share=0.1)
+    for r in rows:
+        r["tpot_s"] = (r["wall_time_s"] - r["ttft_s"]) / max(r["new_tokens"] - 1, 1)
+    agg = metrics.aggregate(pd.DataFrame(rows)).set_index("decoder")
+    assert agg.loc["speculative", "verify_cost"] > 0 and agg.loc["speculative", "draft_cost"] > 0
+    assert "verify cost" in report.theory_table(agg.reset_index()).columns
 
 
 # ------------------------------------------------------------------------------------------------ aggregates
@@ -495,11 +517,35 @@ def test_two_groups_are_panels_with_the_group_written_once(sweep, tmp_path):
 TREE_FIGURES = {"accept_length_vs_nodes"}
 
 
+def test_speedup_per_sample_figure(frames, caplog):
+    rows, agg, fr = frames
+    per = fr["per_sample"]
+    decoders = agg[agg["decoder"] != "vanilla"]
+    assert set(per["label"]) == set(decoders["label"]) and (per["rows"] == 1).all()
+    for (group, label), sub in per.groupby(["group", "label"]):
+        cell = decoders[(decoders["group"] == group) & (decoders["label"] == label)].iloc[0]
+        assert sub["speedup"].mean() == pytest.approx(cell["speedup"])   # one row per sample: the tables' mean
+        assert len(sub) == cell["paired_samples"]
+    fig = plots.speedup_per_sample(per, agg, subtitle="s")
+    marks = {round(x, 6) for ax in fig.axes for line in ax.get_lines() if len(line.get_xdata()) == 2
+             for x in line.get_xdata()}
+    assert {round(v, 6) for v in decoders["speedup"]} <= marks          # a tick at each configuration's mean
+    dots = sum(len(c.get_offsets()) for ax in fig.axes for c in ax.collections)
+    assert dots == len(per) + decoders["speedup_total"].notna().sum()  # a dot per sample, a diamond per config
+    assert "ratio of totals" in plots.caption(fig)
+    assert_legible(fig, "speedup_per_sample")
+    plots.plt.close(fig)
+    with caplog.at_level(logging.INFO, logger="plots"):
+        assert plots.speedup_per_sample(per.groupby(["group", "label"]).head(2), agg) is None
+    assert "speedup_per_sample skipped" in caplog.text
+
+
 def test_node_budget_figure(tmp_path, caplog):
     """OPT-Tree's scaling figure: accept length and speedup against num_nodes, one line per tree option; each
     grid point is its own decoder config (as in tune_trees)."""
     rows = []
-    for i, (nodes, hybrid, factor) in enumerate([(16, 0, 1.8), (32, 0, 2.1), (60, 0, 2.0), (16, 20, 2.4), (32, 20, 2.6)]):
+    grid = [(16, 0, 1.8), (32, 0, 2.1), (60, 0, 2.0), (16, 20, 2.4), (32, 20, 2.6)]
+    for i, (nodes, hybrid, factor) in enumerate(grid):
         for r in fixture_rows("t", tasks=["humaneval"], spec_factor=factor, pattern=(nodes // 8, 2, 3)):
             if r["decoder"] == "vanilla":
                 if i == 0:
@@ -520,6 +566,15 @@ def test_node_budget_figure(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="plots"):   # one budget only: nothing to plot against
         assert plots.accept_length_vs_nodes(agg[agg["num_nodes"].isin([16, None]) | agg["num_nodes"].isna()]) is None
     assert "accept_length_vs_nodes skipped" in caplog.text
+    # Reproducer: a cost-aware tree that verifies ~9.5 nodes per step stood at its budget (60) on the x axis
+    sized = agg.assign(cost_aware=agg["decoder"].eq("opt_tree_n60_c0"),
+                       target_tokens_fed_per_step=np.where(agg["decoder"].eq("opt_tree_n60_c0"), 9.5, 20.0))
+    fig = plots.accept_length_vs_nodes(sized, subtitle="s")
+    xs = [list(line.get_xdata()) for line in fig.axes[0].get_lines()]
+    assert [9.5] in xs and [16, 32] in xs and not any(60 in x for x in xs)
+    assert "budget 60" in [t.get_text() for t in fig.axes[0].texts]
+    assert "verified per step" in fig.axes[0].get_xlabel() and "cost-aware" in plots.caption(fig)
+    plots.plt.close(fig)
 
 
 def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):
@@ -657,6 +712,23 @@ def test_warm_vs_cold_pairs_configs_that_differ_only_in_pool_scope():
     assert names["lookahead"] == names["lookahead_w8n3g8_warm"] == "lookahead"  # named after the cold one
     assert names["la_w4"] == names["la_w4_warm"] == "la_w4"
     assert names["ouroboros"] == "ouroboros" and names["vanilla"] == "vanilla"
+
+
+def test_warm_vs_cold_never_merges_twins_of_one_scope():
+    # Reproducer: two decoders with identical settings and the same pool_scope (a tuned copy of a config) were
+    # given one name, so the warm-vs-cold figure pooled two runs into one bar.
+    same = json.dumps({"window_size": 8, "ngram_size": 3, "pool_scope": "sample"}, sort_keys=True)
+    warm = json.dumps({"window_size": 8, "ngram_size": 3, "pool_scope": "task"}, sort_keys=True)
+    rows = pd.DataFrame({"decoder": ["lookahead", "lookahead_tuned", "lookahead_tuned_warm"],
+                         "decoder_params": [same, same, warm], "pool_scope": ["sample", "sample", "task"]})
+    names = figdata.scope_free_names(rows)
+    assert names == {"lookahead": "lookahead", "lookahead_tuned": "lookahead_tuned",
+                     "lookahead_tuned_warm": "lookahead_tuned"}
+    twins = pd.DataFrame({"decoder": ["a", "b"], "decoder_params": [same, same], "pool_scope": ["sample", "sample"]})
+    assert figdata.scope_free_names(twins) == {"a": "a", "b": "b"}
+    order = pd.DataFrame({"decoder": ["a", "b", "c_hot", "d_hot"], "decoder_params": [same, same, warm, warm],
+                          "pool_scope": ["sample", "sample", "task", "task"]})
+    assert figdata.scope_free_names(order) == {"a": "a", "b": "b", "c_hot": "a", "d_hot": "b"}
 
 
 def test_report_and_plots_never_import_torch_decoders_or_tasks(sweep, tmp_path):

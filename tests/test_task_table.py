@@ -58,10 +58,13 @@ def test_setups_are_blocks_and_never_share_a_row(tmp_path):
             fixture_rows("b", n=6, spec_factor=1.5, identity={"dtype": "bfloat16"}))
     md = (tmp_path / "rep" / "tasks.md").read_text().splitlines()
     assert md[0].startswith("| setup | decoder | humaneval speedup")
-    spec = [line for line in md if "| speculative |" in line]
-    assert len(spec) == 2
-    assert spec[0].startswith("| dtype=float32 | speculative | 2.00") and spec[1].startswith(
-        "| dtype=bfloat16 | speculative | 1.50")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md[2:]]
+    setups = [r[0] for r in rows]
+    assert [s for s in setups if s] == ["dtype=float32", "dtype=bfloat16"]  # each block's setup once, first row
+    second = setups.index("dtype=bfloat16")
+    assert setups[0] == "dtype=float32" and set(setups[1:second]) == set(setups[second + 1:]) == {""}
+    spec = [(i, r[2].split()[0]) for i, r in enumerate(rows) if r[1] == "speculative"]
+    assert [v for _, v in spec] == ["2.00", "1.50"] and spec[0][0] < second < spec[1][0]
 
 
 def test_two_groups_of_one_task_and_setup_leave_the_table_out(tmp_path, caplog):
@@ -150,7 +153,7 @@ def test_every_report_table_fits_its_environment(tmp_path):
             assert fits or "\\resizebox{\\textwidth}" in table, (name, env, width)
     assert "table*" in envs                                      # the wide main table spans both columns
     narrow = pd.DataFrame({"speedup": ["1.20"]}, index=["speculative"])
-    assert tables.fit(narrow) == ("table", "\\small")
+    assert tables.fit(narrow) == ("table", "\\small", True)
     wide = pd.DataFrame([["1.23 [1.01, 1.45]"] * 12], index=["speculative"], columns=[f"c{i}" for i in range(12)])
     assert tables.fit(wide)[0] == "table*" and "\\resizebox{\\textwidth}{!}" in tables.latex(wide)
 

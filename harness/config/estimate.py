@@ -6,9 +6,10 @@ A cost entry is one machine class: the model pair's config name, the dtype, and 
 (:func:`harness.rows.machine.cpu_isa`: a Zen 3 without AVX-512 and a Zen 4 with bf16 units run one model several
 times apart). It holds vanilla's tokens/s and mean time to the first token (the prefill), per measured task and
 over all, and each measured decoder configuration's speedup (and each decoder class's mean). One cell of decoder
-``d`` costs ``prefill_s + tokens / (vanilla_tokens_per_s * speedup_d)`` with ``tokens`` the generation budget (an upper bound: an EOS ends most cells earlier); a job costs
-its cells (samples x turns x repeats, for every decoder) and the warm-up calls; a sweep costs its jobs. A decoder
-configuration the table has not measured is priced by the mean of its class's measured configurations, else at
+``d`` costs ``prefill_s + tokens / (vanilla_tokens_per_s * speedup_d)`` with ``tokens`` the new tokens a call is
+expected to emit (:func:`expected_tokens`: from the answer lengths the entry measured for the task, else the whole
+budget); a job costs its cells (samples x turns x repeats, for every decoder) and the warm-up calls; a sweep costs
+its jobs. A decoder configuration the table has not measured is priced by the mean of its class's measured configurations, else at
 vanilla's speed, and the line names it. No estimate without an entry for the machine class (a GPU, another CPU,
 another dtype): the line says what would add one.
 """
@@ -82,6 +83,23 @@ def job_of(cfg: Any, task_sizes: Mapping[str, tuple[int, int]]) -> Job | None:
                int(runner.get("warmup") or 0), int(runner.get("warmup_tokens") or 0))
 
 
+def expected_tokens(budget: int, measured: Mapping[str, Any]) -> float:
+    """New tokens a call with ``budget`` is expected to emit, from a task's answers measured at budget ``b0``
+    (``measured``: ``budget``, ``mean_new_tokens`` and ``capped_share``, the share that reached it; the whole
+    ``budget`` where the entry has none). An upper bound of the mean of ``min(L, budget)`` over answer lengths
+    ``L`` either way: at most ``budget`` and at most ``mean_new_tokens`` when ``budget <= b0``; beyond ``b0``, at
+    most ``mean_new_tokens + capped_share x (budget - b0)`` (only answers that reached ``b0`` can run on).
+
+    Example: answers measured at 96 tokens averaging 80, half of them cut at 96: a budget of 64 is priced at 64,
+    96 at 80, 256 at 80 + 0.5 x 160 = 160 (not 256)."""
+    b0, mean, capped = (measured.get(k) for k in ("budget", "mean_new_tokens", "capped_share"))
+    if b0 is None or mean is None or capped is None:
+        return float(budget)
+    if budget <= b0:
+        return float(min(budget, mean))
+    return float(min(budget, mean + capped * (budget - b0)))
+
+
 def price(job: Job, entry: Mapping[str, Any]) -> tuple[float, list[str]]:
     """``(seconds, unmeasured)``: the job's expected wall time on the machine class of ``entry`` (a cost table
     entry), and its decoder configurations that entry has not measured (priced by their class, else as vanilla)."""
@@ -90,6 +108,7 @@ def price(job: Job, entry: Mapping[str, Any]) -> tuple[float, list[str]]:
     prefill = float(here.get("prefill_s", entry["prefill_s"]))
     measured: Mapping[str, float] = entry.get("speedup", {})
     by_class: Mapping[str, float] = entry.get("class_speedup", {})
+    tokens = expected_tokens(job.tokens, here)
     total, unmeasured = 0.0, []
     for name, target in job.decoders.items():
         speedup = measured.get(name)
@@ -98,7 +117,7 @@ def price(job: Job, entry: Mapping[str, Any]) -> tuple[float, list[str]]:
             if name != "vanilla":
                 unmeasured.append(name)
         rate = v * max(float(speedup), 1e-3)
-        total += job.cells * (prefill + job.tokens / rate) + job.warmup_calls * (prefill + job.warmup_tokens / rate)
+        total += job.cells * (prefill + tokens / rate) + job.warmup_calls * (prefill + job.warmup_tokens / rate)
     return total, unmeasured
 
 

@@ -79,8 +79,8 @@ log = logging.getLogger(__name__)
 # Loading
 def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequence[str | Path] = (),
              spec_bench_baseline: str | None = None) -> pd.DataFrame:
-    """:func:`harness.rows.results.load_rows` of ``paths`` plus the rows of Spec-Bench answer files (``spec_bench``), labelled
-    together so one report holds both."""
+    """:func:`harness.rows.results.load_rows` of ``paths`` plus the rows of Spec-Bench answer files
+    (``spec_bench``), labelled together so one report holds both."""
     frames, warnings = [], []
     if paths:
         rows = load_rows(paths)
@@ -104,7 +104,7 @@ def load_all(paths: Sequence[str | Path], pool: bool = False, spec_bench: Sequen
 #: :data:`harness.rows.columns.THEORY_COLUMNS_DECLARED` and the summary's), and where it shows a measured figure
 #: otherwise than the main table: beside its prediction (``τ measured``), alpha at three decimals.
 THEORY_COLUMNS = ("acceptance_rate", "gamma_used", "cost_ratio", "cost_ratio_source", "theory_accept_length",
-                  "accept_length", "theory_speedup", "speedup", "efficiency")
+                  "accept_length", "theory_speedup", "speedup", "efficiency", "verify_cost", "draft_cost")
 THEORY_MEASURED = {"accept_length": " measured", "speedup": " measured"}
 THEORY_FMT = {"acceptance_rate": ".3f"}
 
@@ -221,7 +221,7 @@ def figure_frames(rows: pd.DataFrame, agg: pd.DataFrame, **kwargs: Any) -> dict[
     """Everything :func:`plots.draw_all` draws, aggregated by :mod:`harness.rows.metrics`."""
     return {"agg": agg, "positions": figdata.acceptance_per_position(rows), "breakdown": figdata.time_breakdown(rows),
             "warm_cold": figdata.warm_cold(rows, **kwargs), "swept": grouping.swept_by_class(grouping.ok_rows(rows)),
-            "task_bars": figdata.task_bars(rows, agg)}
+            "task_bars": figdata.task_bars(rows, agg), "per_sample": figdata.per_sample_speedups(rows)}
 
 
 def write_figures(rows: pd.DataFrame, agg: pd.DataFrame, out_dir: str | Path, only: Sequence[str] | None = None,

@@ -208,7 +208,7 @@ def _weights_from_counts(g: pd.DataFrame, samples: list[str], counts: np.ndarray
     return w
 
 
-# ------------------------------------------------------------------------------------------------ the comparison as text
+# --------------------------------------------------------------------------------------------- the comparison as text
 def compare_table(cmp: pd.DataFrame) -> pd.DataFrame:
     """Formatted comparison: per decoder, A, B, B/A [95% CI] for each compared figure (tokens/s, speedup and tau:
     :func:`harness.rows.columns.compared_columns`, in their declared header and format), the samples compared

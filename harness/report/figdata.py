@@ -71,6 +71,28 @@ def acceptance_per_position(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=cols)
 
 
+def per_sample_speedups(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each sample's paired speedup, for the distribution figure (:func:`plots.per_sample.speedup_per_sample`):
+    one row per (group, configuration, sample) but vanilla, ``speedup`` = the mean over the sample's paired rows
+    (turns, repeats, seeds) of ``tokens_per_s / vanilla's`` (so the tables' ``speedup``, the mean over rows, is
+    the mean of these where samples have equally many rows), ``rows`` = how many.
+
+    Returns:
+        Columns ``group, label, sample_id, speedup, rows`` (empty where nothing is paired).
+    """
+    cols = ["group", "label", "sample_id", "speedup", "rows"]
+    ok = figure_rows(rows)
+    if ok.empty or "speedup" not in ok or "sample_id" not in ok:
+        return pd.DataFrame(columns=cols)
+    ok = ok[(ok["decoder"] != "vanilla") & num(ok["speedup"]).notna()]
+    if "group" not in ok:
+        ok = ok.assign(group="")
+    out = (ok.assign(speedup=num(ok["speedup"]))
+           .groupby(["group", "label", "sample_id"], sort=False)["speedup"].agg(["mean", "size"]).reset_index()
+           .rename(columns={"mean": "speedup", "size": "rows"}))
+    return out[cols]
+
+
 def time_breakdown(rows: pd.DataFrame) -> pd.DataFrame:
     """Milliseconds per generated token by phase, per (group, configuration): ``prefill_ms`` (both models'
     prefills: ``prefill_s``, i.e. to the first new token plus a draft prefill run after it; ``ttft_s`` for rows
@@ -120,7 +142,9 @@ def time_breakdown(rows: pd.DataFrame) -> pd.DataFrame:
 def scope_free_names(rows: pd.DataFrame) -> dict[str, str]:
     """decoder name -> one name per configuration that ignores ``pool_scope`` (to pair cold and warm runs of
     one configuration): decoders whose hyper-parameters differ only in ``pool_scope`` share a name, that of
-    the cold one (else the name without ``_warm``)."""
+    the cold one (else the name without ``_warm``). Decoders with identical settings AND scope are never
+    merged: where such twins exist, ``X_warm`` pairs with ``X``, the rest cold with warm in order of
+    appearance, and a decoder left without a partner keeps its own name."""
 
     def key(row: Mapping[str, Any]) -> str:
         params = params_of(row.get("decoder_params"))
@@ -135,8 +159,20 @@ def scope_free_names(rows: pd.DataFrame) -> dict[str, str]:
     for k in dict.fromkeys(keys.values()):
         members = [d for d, kk in keys.items() if kk == k]
         cold = [d for d in members if scopes.get(d) == "sample"]
-        base = (cold or members)[0]
-        names.update({d: re.sub(r"_warm$", "", base) for d in members})
+        if len({scopes.get(d) for d in members}) == len(members):  # at most one decoder per scope: one config
+            base = (cold or members)[0]
+            names.update({d: re.sub(r"_warm$", "", base) for d in members})
+            continue
+        names.update({d: d for d in members})
+        warm = [d for d in members if d not in cold]
+        for w in list(warm):  # twins of one scope: X_warm with X first, then in order
+            partner = re.sub(r"_warm$", "", w)
+            if partner != w and partner in cold:
+                names[w] = partner
+                cold.remove(partner)
+                warm.remove(w)
+        for c, w in zip(cold, warm):
+            names[w] = c
     return names
 
 

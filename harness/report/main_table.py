@@ -149,7 +149,8 @@ def settings_caption(agg: pd.DataFrame) -> str:
     """`` Settings: speculative_tuned: gamma=8; ...`` for the configurations that have settings."""
     if "settings" not in agg:
         return ""
-    pairs = dict.fromkeys((str(lab), str(s)) for lab, s in zip(agg["label"], agg["settings"]) if isinstance(s, str) and s)
+    pairs = dict.fromkeys((str(lab), str(s)) for lab, s in zip(agg["label"], agg["settings"])
+                          if isinstance(s, str) and s)
     return (" Settings: " + "; ".join(f"{lab}: {s}" for lab, s in pairs) + ".") if pairs else ""
 
 

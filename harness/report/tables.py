@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -219,14 +219,18 @@ def tex_header(header: str) -> str:
 
 def markdown(text: pd.DataFrame, index_name: str = "run") -> str:
     """Markdown of a formatted table: index columns left-aligned, values right-aligned; a two-level index's outer
-    level headed ``index_name``."""
+    level headed ``index_name`` and written once per run of equal values (blank below it, as in a grouped
+    LaTeX table; the CSV repeats it on every row)."""
     idx = text.index
     n_idx = idx.nlevels
     head = ([index_name, text.columns.name or ""] if n_idx == 2 else [text.columns.name or ""]) + list(
         map(str, text.columns))
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * n_idx + ["---:"] * len(text.columns)) + "|"]
+    previous = None
     for key, row in zip(idx, text.itertuples(index=False)):
         keys = list(key) if n_idx > 1 else [key]
+        if n_idx > 1:
+            keys[0], previous = ("" if keys[0] == previous else keys[0]), keys[0]
         lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in [*keys, *row]) + " |")
     return "\n".join(lines)
 
@@ -276,14 +280,26 @@ def frame_width_pt(text: pd.DataFrame, font_pt: float = FONT_PT[r"\small"]) -> f
     return width_pt([*index, *[[*text[c].astype(str), str(c)] for c in text.columns]], font_pt)
 
 
-def fit(text: pd.DataFrame) -> tuple[str, str]:
-    """Where and how small ``text`` is set: ``("table", "\\small")`` when it fits a column (:data:`COLUMN_PT`),
-    else ``table*`` (both columns of a two-column page, :data:`TEXT_PT`) in the largest of :data:`FONT_PT` that
-    fits; the smallest when none does (:func:`latex` then scales the tabular to the text width)."""
-    if frame_width_pt(text) <= COLUMN_PT:
-        return "table", r"\small"
-    size = next((s for s, pt in FONT_PT.items() if frame_width_pt(text, pt) <= TEXT_PT), list(FONT_PT)[-1])
-    return "table*", size
+#: The ways a table is set, tried in order: (environment, font size): a column (``table``), then both columns of a
+#: two-column page (``table*``) in each of :data:`FONT_PT` in turn.
+FITS = (("table", r"\small"), *(("table*", size) for size in FONT_PT))
+
+
+def fit_width(width: Callable[[float], float], fits: Sequence[tuple[str, str]] = FITS) -> tuple[str, str, bool]:
+    """The first ``(environment, size)`` of ``fits`` in which a table ``width(font_pt)`` points wide fits its
+    frame (:data:`COLUMN_PT` for ``table``, :data:`TEXT_PT` for ``table*``), and True; else the last one, and
+    False (the caller then scales the tabular to the text width)."""
+    for env, size in fits:
+        if width(FONT_PT[size]) <= (COLUMN_PT if env == "table" else TEXT_PT):
+            return env, size, True
+    return fits[-1][0], fits[-1][1], False
+
+
+def fit(text: pd.DataFrame) -> tuple[str, str, bool]:
+    """Where and how small ``text`` is set (:func:`fit_width` of :func:`frame_width_pt`): ``("table", "\\small",
+    True)`` when it fits a column, else ``table*`` in the largest of :data:`FONT_PT` that fits the page; the
+    smallest and False when none does (:func:`latex` then scales the tabular to the text width)."""
+    return fit_width(lambda pt: frame_width_pt(text, pt))
 
 
 def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: str = "") -> str:
@@ -298,7 +314,7 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: s
               .format_index(tex_header, escape="latex", axis=1))
     kwargs: dict[str, Any] = {"hrules": True, "column_format": "l" * n_idx + "r" * text.shape[1],
                               "position": "t", "position_float": "centering"}
-    env, size = fit(text)
+    env, size, fits = fit(text)
     kwargs["environment"] = env
     if n_idx > 1:
         kwargs.update(sparse_index=True, multirow_align="naive")
@@ -307,7 +323,7 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: s
     if label:
         kwargs["label"] = label
     tex = styler.to_latex(**kwargs).replace("\\centering\n", f"\\centering\n{size}\n", 1)
-    if frame_width_pt(text, FONT_PT[size]) > TEXT_PT:  # too wide in the smallest size: scaled to the page
+    if not fits:  # too wide in the smallest size: scaled to the page
         tex = tex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1).replace(
             "\\end{tabular}\n", "\\end{tabular}}\n", 1)
     return tex

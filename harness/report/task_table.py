@@ -19,8 +19,8 @@ import re
 import pandas as pd
 
 from harness.rows import columns
-from harness.report.tables import (COLUMN_GAP_PT, COLUMN_PT, FONT_PT, TEXT_PT, has_interval, interval_cell,
-                                   short_of, tex_escape, tex_header, text_width_em, width_pt)
+from harness.report.tables import (COLUMN_GAP_PT, FITS, FONT_PT, fit_width, has_interval, interval_cell, short_of,
+                                   tex_escape, tex_header, text_width_em, width_pt)
 from harness.report.tables import markdown as md
 
 log = logging.getLogger(__name__)
@@ -131,16 +131,13 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
             total += max(pair, text_width_em(t) * pt + 2 * COLUMN_GAP_PT)
         return total
 
-    choice = None
-    for env, size, intervals in (("table", r"\small", True), ("table*", r"\small", True),
-                                 ("table*", r"\footnotesize", True), ("table*", r"\footnotesize", False),
-                                 ("table*", r"\scriptsize", False)):
-        body = text if intervals else text.apply(lambda col: col.map(bare) if "speedup" in col.name[1] else col)
-        wide = width(body, intervals, FONT_PT[size])
-        choice = (env, size, intervals, body, wide)
-        if wide <= (COLUMN_PT if env == "table" else TEXT_PT):
-            break
-    env, size, intervals, body, wide = choice
+    # with intervals down to \footnotesize, then without them in \footnotesize and \scriptsize
+    body, intervals = text, True
+    env, size, fits = fit_width(lambda pt: width(body, True, pt), FITS[:3])
+    if not fits:
+        body, intervals = text.apply(lambda col: col.map(bare) if "speedup" in col.name[1] else col), False
+        env, size, fits = fit_width(lambda pt: width(body, False, pt), FITS[2:])
+    wide = width(body, intervals, FONT_PT[size])
     if not intervals:
         caption += " Intervals: tasks.md and main.md (left out here to fit the page)."
     lines = [rf"\begin{{{env}}}[t]", r"\centering", size, rf"\caption{{{tex_header(tex_escape(caption))}}}",
@@ -153,7 +150,7 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
     for name, (_, row) in zip(names, body.iterrows()):
         lines.append(" & ".join([tex_escape(name), *[tex_escape(v) for v in row]]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\end{{{env}}}", ""]
-    if wide > TEXT_PT:  # too wide even in the smallest size: scaled to the page (package graphicx)
+    if not fits:  # too wide even in the smallest size: scaled to the page (package graphicx)
         at = lines.index(r"\begin{tabular}{l" + "rr" * len(tasks) + "}")
         lines[at] = r"\resizebox{\textwidth}{!}{%" + "\n" + lines[at]
         lines[lines.index(r"\end{tabular}")] = r"\end{tabular}}"

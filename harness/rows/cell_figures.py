@@ -50,6 +50,42 @@ def cost_ratio_of(g: pd.DataFrame, override: float | None = None) -> tuple[float
     return max(0.0, float(spare / (num(g["draft_forwards"]) * t_ar)[ok].sum())), "wall-time fit"
 
 
+def step_costs(g: pd.DataFrame) -> dict[str, float]:
+    """In-situ step costs of one cell's paired rows, in units of vanilla's seconds per output token on the same
+    samples (``vanilla_tpot_s``: one one-token target forward plus vanilla's host work; 1.0 = what a plain
+    decode step costs here):
+
+    * ``verify_cost``: seconds lapped as verification after the first token (``verify_time_s - ttft_s``) over
+      the decode steps (``num_steps - 1``), i.e. the verify forward of the whole draft plus the acceptance rule,
+      cache compaction and bookkeeping of the step;
+    * ``draft_cost``: seconds lapped as drafting after the draft's prefill (``draft_time_s`` less a prefill run
+      after the first token, ``prefill_s - ttft_s``) over the draft forwards after it.
+
+    Both are ratios of totals over the rows that have the timers (the driver's decoders: speculative, prompt
+    lookup, Lookahead, Ouroboros, the trees); NaN elsewhere, and ``draft_cost`` NaN without draft forwards. Set
+    beside the bare model's cost curve (``benchmarks/ouroboros_probe.py --cost-curve``; docs/measurement.md,
+    "Emulated bfloat16") they show what a decoder's own work adds to its forwards."""
+    nan = {"verify_cost": math.nan, "draft_cost": math.nan}
+    if not {"verify_time_s", "ttft_s", "vanilla_tpot_s", "num_steps"} <= set(g.columns):
+        return nan
+    unit, ttft = num(g["vanilla_tpot_s"]), num(g["ttft_s"])
+    steps = num(g["num_steps"]) - 1
+    verify = num(g["verify_time_s"]) - ttft
+    ok = unit.notna() & (unit > 0) & verify.notna() & (steps > 0)
+    out = dict(nan)
+    if ok.any():
+        out["verify_cost"] = float(verify[ok].clip(lower=0).sum() / (steps[ok] * unit[ok]).sum())
+    if {"draft_time_s", "draft_forwards"} <= set(g.columns):
+        prefill = ((num(g["prefill_s"]) - ttft).clip(lower=0) if "prefill_s" in g else pd.Series(0.0, index=g.index)
+                   ).fillna(0.0)
+        forwards = num(g["draft_forwards"]) - (prefill > 0)
+        draft = num(g["draft_time_s"]) - prefill
+        ok_d = unit.notna() & (unit > 0) & draft.notna() & (forwards > 0)
+        if ok_d.any():
+            out["draft_cost"] = float(draft[ok_d].clip(lower=0).sum() / (forwards[ok_d] * unit[ok_d]).sum())
+    return out
+
+
 def cell_theory(g: pd.DataFrame, rec: Mapping[str, Any], cost_ratio: float | None) -> dict[str, Any]:
     """Acceptance, per-step counts, equality, prefill and the theory columns of one cell's figure rows."""
     p = params_of(rec["decoder_params"])
@@ -75,6 +111,7 @@ def cell_theory(g: pd.DataFrame, rec: Mapping[str, Any], cost_ratio: float | Non
         "cost_ratio_source": c_src,
         "theory_accept_length": expected_accept_length(alpha, gamma) if drafted and chain else math.nan,
         "theory_speedup": theory_speedup(alpha, gamma, c) if drafted and chain else math.nan,
+        **step_costs(g),
     }
     out["efficiency"] = rec["speedup"] / rec["accept_length"] if rec["accept_length"] else math.nan
     return out

@@ -276,6 +276,10 @@ THEORY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
          dict(display="E[τ] theory")),
         ("theory_speedup", "float", "E[tau] / (gamma c + 1)", dict(display="speedup theory")),
         ("efficiency", "float", "measured speedup / measured tau", dict(display="efficiency")),
+        ("verify_cost", "float", "in-situ seconds per verify step / vanilla's seconds per output token on the same "
+         "samples (1 = a plain decode step)", dict(display="verify cost")),
+        ("draft_cost", "float", "in-situ seconds per draft forward / vanilla's seconds per output token on the "
+         "same samples", dict(display="draft cost", fmt=".3f")),
     ))
 
 ROW: dict[str, Column] = {}

@@ -117,7 +117,7 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         ``rows`` (status ``ok`` only) with ``vanilla_tokens_per_s``, ``vanilla_wall_time_s``,
-        ``vanilla_new_tokens``, ``speedup`` (NaN where vanilla has no ok row), ``decode_speedup`` (the paired
+        ``vanilla_new_tokens``, ``vanilla_tpot_s`` (where rows have ``tpot_s``), ``speedup`` (NaN where vanilla has no ok row), ``decode_speedup`` (the paired
         ratio of ``decode_tokens_per_s``; NaN where either side has none), ``cross_process`` (the row is
         paired with a vanilla row written by another process: the row says so, or the two ``attempt_id``
         differ), ``in_figures`` (the row is a figure row: paired, or in a group without vanilla rows) and
@@ -125,12 +125,12 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
     """
     ok = ok_rows(rows).copy()
     keys = [k for k in PAIR_KEYS if k in ok.columns]
-    extra = [c for c in ("decode_tokens_per_s", "attempt_id") if c in ok.columns]
+    extra = [c for c in ("decode_tokens_per_s", "attempt_id", "tpot_s") if c in ok.columns]
     vanilla = ok[ok["decoder"] == "vanilla"][keys + ["tokens_per_s", "wall_time_s", "new_tokens", *extra]]
     vanilla = vanilla.drop_duplicates(keys, keep="last").rename(columns={
         "tokens_per_s": "vanilla_tokens_per_s", "wall_time_s": "vanilla_wall_time_s",
         "new_tokens": "vanilla_new_tokens", "decode_tokens_per_s": "vanilla_decode_tokens_per_s",
-        "attempt_id": "vanilla_attempt_id"})
+        "attempt_id": "vanilla_attempt_id", "tpot_s": "vanilla_tpot_s"})
     merged = coverage.mark_pairs(ok.merge(vanilla, on=keys, how="left", indicator="_vanilla"), rows, keys)
     merged["speedup"] = num(merged["tokens_per_s"]) / num(merged["vanilla_tokens_per_s"])
     if "decode_tokens_per_s" in merged:
