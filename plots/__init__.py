@@ -30,8 +30,7 @@ from matplotlib.ticker import MaxNLocator
 
 from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, PAGE_WIDTH_IN, SMALL, Style,  # noqa: F401
                          bar_rows, caption, family, fmt_tick, group_panels, legend_below, palette, plt, record_caption,
-                         save, set_titles,
-                         shade, short_groups, stacked_axes, wrap_text)
+                         save, set_titles, shade, short_groups, stacked_axes, wrap_text)
 
 from plots.by_task import task_bars  # the papers' grouped bars per task, a module of its own
 from plots.per_sample import speedup_per_sample  # the spread of speedups over samples

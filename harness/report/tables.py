@@ -323,10 +323,14 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: s
     if label:
         kwargs["label"] = label
     tex = styler.to_latex(**kwargs).replace("\\centering\n", f"\\centering\n{size}\n", 1)
-    if not fits:  # too wide in the smallest size: scaled to the page
-        tex = tex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1).replace(
-            "\\end{tabular}\n", "\\end{tabular}}\n", 1)
-    return tex
+    return tex if fits else scaled_to_text(tex)  # too wide in the smallest size: scaled to the page
+
+
+def scaled_to_text(tex: str) -> str:
+    """A LaTeX table whose (first) tabular is scaled to the text width: ``\\resizebox{\\textwidth}{!}{...}``
+    around it (package graphicx), for a table too wide even in the smallest of :data:`FONT_PT`."""
+    return tex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1).replace(
+        "\\end{tabular}\n", "\\end{tabular}}\n", 1)
 
 
 def latex_drop() -> tuple[str, ...]:

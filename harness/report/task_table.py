@@ -19,8 +19,8 @@ import re
 import pandas as pd
 
 from harness.rows import columns
-from harness.report.tables import (COLUMN_GAP_PT, FITS, FONT_PT, fit_width, has_interval, interval_cell, short_of,
-                                   tex_escape, tex_header, text_width_em, width_pt)
+from harness.report.tables import (COLUMN_GAP_PT, FITS, FONT_PT, fit_width, has_interval, interval_cell,
+                                   scaled_to_text, short_of, tex_escape, tex_header, text_width_em, width_pt)
 from harness.report.tables import markdown as md
 
 log = logging.getLogger(__name__)
@@ -150,12 +150,9 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
     for name, (_, row) in zip(names, body.iterrows()):
         lines.append(" & ".join([tex_escape(name), *[tex_escape(v) for v in row]]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", rf"\end{{{env}}}", ""]
-    if not fits:  # too wide even in the smallest size: scaled to the page (package graphicx)
-        at = lines.index(r"\begin{tabular}{l" + "rr" * len(tasks) + "}")
-        lines[at] = r"\resizebox{\textwidth}{!}{%" + "\n" + lines[at]
-        lines[lines.index(r"\end{tabular}")] = r"\end{tabular}}"
     log.debug("tasks.tex: %s at %s, estimated %.0f pt wide", env, size, wide)
-    return "\n".join(lines)
+    tex = "\n".join(lines)
+    return tex if fits else scaled_to_text(tex)  # too wide even in the smallest size: scaled to the page
 
 
 def caption(measured: str, settings: str, any_interval: bool) -> str:
