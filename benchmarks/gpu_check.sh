@@ -74,6 +74,12 @@ mkdir -p "$OUT"
 if [ -n "$WHEELS" ]; then
   VENV=${GPU_CHECK_VENV:-/tmp/specdec-gpu-venv}
   "$PYTHON" -m venv --system-site-packages "$VENV" || exit 1
+  # --system-site-packages reaches only the base interpreter's packages: when $PYTHON is itself a virtual
+  # environment (torch installed in one, as on many GPU images), its site-packages go in through a .pth file,
+  # after the new environment's own (so the carried versions win)
+  "$PYTHON" -c "import sysconfig; p = sysconfig.get_paths(); print(p['purelib']); print(p['platlib'])" \
+    > "$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_gpu_check_parent.pth" \
+    || exit 1
   "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" -r benchmarks/gpu_requirements.txt \
     || { echo "error: installing the carried wheels from $WHEELS failed" >&2; exit 1; }
   PYTHON="$VENV/bin/python"
@@ -122,7 +128,7 @@ step() {  # step NAME LIMIT_S CMD...: run with a time limit, keep its output, re
 
 # Time limits (s): 30 + 90 + 60 + 60 + 150 + 60 = 450, with the wheel install (~30 s) under 8 minutes.
 step env 30 "$PYTHON" benchmarks/gpu_check.py env --out "$OUT" --device $DEV
-step cuda_tests 90 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_sampling.py
+step cuda_tests 90 "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts=-ra -m gpu tests/test_sampling.py  # no xdist
 step equality_float32 60 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype float32 "${EQ[@]}"
 step equality_bfloat16 60 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype bfloat16 "${EQ[@]}"
 step timing 150 "$PYTHON" benchmarks/gpu_check.py timing --out "$OUT" --device $DEV "${TIMING[@]}"
