@@ -99,18 +99,34 @@ def equality(args) -> int:
     eos = collect_eos_token_ids(tok, target.generation_config)
     chosen = PROMPTS[:args.equality_prompts] if args.equality_prompts else PROMPTS
     prompts = [torch.tensor([tok(p, add_special_tokens=False).input_ids], device=device) for p in chosen]
-    names = available("decoder")
+    names = [n for n in available("decoder") if not args.only or n in args.only.split(",")]
     vanilla_dec = _build("vanilla", target, draft, eos, tok)
     ref = [vanilla_dec.generate(ids, args.max_new_tokens).token_ids for ids in prompts]
     rows, lines, differ = [], [], 0
+    txt = args.out / f"equality_{args.dtype}.txt"
+    def head(checked: int) -> str:
+        done = "" if checked == len(names) else f" of {checked} checked so far ({len(names) - checked} not reached)"
+        return (f"whole-sequence equality with vanilla, {args.dtype} on {device}, {len(prompts)} prompts x "
+                f"{args.max_new_tokens} new tokens, tiny random pair: {checked - differ}/{len(names)} configs "
+                f"equal{done}")
+
+    lost = None  # the config whose CUDA error left the context unusable: every later call would fail too
     for name in names:
+        if lost:
+            rows.append({"decoder": name, "dtype": args.dtype, "error": f"not run: CUDA context lost ({lost})"})
+            lines.append(f"{name:<24} NOT RUN (the CUDA context was lost in {lost})")
+            differ += 1
+            continue
         try:
             dec = _build(name, target, draft, eos, tok)
             outs = [dec.generate(ids, args.max_new_tokens).token_ids for ids in prompts]
         except Exception as e:  # noqa: BLE001 -- a decoder that fails on the device is a finding, reported
             rows.append({"decoder": name, "dtype": args.dtype, "error": f"{type(e).__name__}: {e}"})
             lines.append(f"{name:<24} ERROR {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            print(lines[-1], flush=True)
             differ += 1
+            if "CUDA error" in str(e):  # sticky: the process cannot use the device again
+                lost = name
             continue
         firsts = []
         for i, (a, b) in enumerate(zip(ref, outs)):
@@ -124,11 +140,12 @@ def equality(args) -> int:
         differ += bool(bad)
         lines.append(f"{name:<24} {len(firsts) - len(bad):>2}/{len(firsts)} equal"
                      + (f", first divergence at token {min(bad)} (median {sorted(bad)[len(bad) // 2]})" if bad else ""))
+        print(lines[-1], flush=True)  # as it goes: a step stopped at its time limit keeps what it checked
+        _write(args.out, f"equality_{args.dtype}.jsonl", rows)
+        txt.write_text("\n".join([head(len(lines)), *lines]) + "\n")
     _write(args.out, f"equality_{args.dtype}.jsonl", rows)
-    head = (f"whole-sequence equality with vanilla, {args.dtype} on {device}, {len(prompts)} prompts x "
-            f"{args.max_new_tokens} new tokens, tiny random pair: {len(names) - differ}/{len(names)} configs equal")
-    text = "\n".join([head, *lines])
-    (args.out / f"equality_{args.dtype}.txt").write_text(text + "\n")
+    text = "\n".join([head(len(names)), *lines])
+    txt.write_text(text + "\n")
     print(text)
     return 1 if differ and args.dtype == "float32" else 0
 
@@ -173,7 +190,9 @@ def timing(args) -> int:
     names = list(decoders)
     for name in list(names):  # warm-up (kernels, caches), untimed; a decoder that fails here is reported, dropped
         try:
+            w0 = time.perf_counter()
             decoders[name].generate(prompts[0], args.max_new_tokens)
+            print(f"{name}: warm-up decode {time.perf_counter() - w0:.1f} s", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"{name}: failed on the device, left out: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             rows.append({"decoder": name, "error": f"{type(e).__name__}: {e}"})
@@ -226,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="equality: the first N test prompts (0: all of them)")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--decoders", default=",".join(TIMED))
+    parser.add_argument("--decoders", default=",".join(TIMED), help="timing: decoder configs")
+    parser.add_argument("--only", default="", help="equality: these decoder configs only (comma-separated)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

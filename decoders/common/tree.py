@@ -44,6 +44,10 @@ def _ancestors(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     return anc, torch.tensor(depth, dtype=torch.long)
 
 
+#: Row stride of a tree mask, in elements (see :func:`tree_attention`).
+_MASK_ALIGN = 16
+
+
 def tree_attention(
     parents: Sequence[int],
     past_len: int,
@@ -71,7 +75,8 @@ def tree_attention(
 
     Returns:
         ``(attention_mask, position_ids)``: a float tensor of shape ``(1, 1, n, past_len + n)`` in ``dtype``
-        (``0`` where attention is allowed, ``torch.finfo(dtype).min`` elsewhere) and a
+        (``0`` where attention is allowed, ``torch.finfo(dtype).min`` elsewhere; a view whose row stride is a
+        multiple of 16 elements, which CUDA attention kernels need) and a
         ``torch.LongTensor`` of shape ``(1, n)`` with ``past_len + depth``.
 
     Raises:
@@ -82,7 +87,12 @@ def tree_attention(
     anc, depth = _ancestors(tuple(int(p) for p in parents))
     n = anc.shape[0]
     anc = anc.to(device)
-    mask = torch.zeros((1, 1, n, past_len + n), dtype=dtype, device=device)
+    # Rows start on a 16-element boundary (a view of a wider buffer), so a view from a later row (the tree
+    # drafter feeds mask[:, :, start:]) starts on an aligned address too: CUDA attention kernels read the mask in
+    # aligned vectors. With row stride past_len + n, bfloat16 tree decoding on an H200 stopped with "CUDA error:
+    # misaligned address" (results/reference/gpu_h200)
+    width = past_len + n
+    mask = torch.zeros((1, 1, n, -(-width // _MASK_ALIGN) * _MASK_ALIGN), dtype=dtype, device=device)[..., :width]
     mask[0, 0, :, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
     position_ids = (depth.to(device) + past_len).unsqueeze(0)
     return mask, position_ids
