@@ -218,9 +218,10 @@ def wrong_tree_verify(mistake: str) -> Callable:
         for k in range(1, len(tokens)):
             children[parents[k]].append(k)
         shared = float(torch.rand((), generator=generator)) if mistake == "shared_uniform" else None
+        row = target_probs if callable(target_probs) else target_probs.__getitem__  # a tensor or a row function
         current, last_tested = [0], None
         while True:
-            target = target_probs[current[0]]
+            target = row(current[0])
             residual = tested = target  # draw from `residual`; test the next child against `tested`
             kids = sorted(k for c in current for k in children[c])
             accepted, tried = None, set()

@@ -274,3 +274,23 @@ def test_swap_verifier_reaches_every_importer_and_is_undone(monkeypatch):
     assert decoders.common.verify.rejection_verify is rejection_verify
     with pytest.raises(AttributeError):
         swap_verifier(monkeypatch, "no_such_rule", wrong)
+
+
+def test_tree_verify_reads_only_the_rows_on_its_path():
+    """Given a row function instead of a tensor, the rule asks only for the rows it reads (the accepted path and
+    the node it draws after) and draws exactly what the tensor form draws with the same generator."""
+    torch.manual_seed(3)
+    probs = torch.softmax(torch.randn(7, V) * 3, -1)
+    tokens, parents = [-1, 1, 2, 3, 1, 2, 0], [-1, 0, 0, 1, 1, 4, 5]
+    for seed in range(200):
+        asked: list[int] = []
+
+        def row(i):
+            asked.append(i)
+            return probs[i]
+
+        eager = multi_candidate_tree_verify(tokens, parents, probs, torch.Generator().manual_seed(seed))
+        lazy = multi_candidate_tree_verify(tokens, parents, row, torch.Generator().manual_seed(seed))
+        assert lazy == eager
+        path = eager[0]
+        assert asked == [0, *path]  # the root, then each accepted node once; never a row off the path

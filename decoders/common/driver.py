@@ -215,7 +215,9 @@ def verify_tree(tree: DraftTree, logits: torch.Tensor, pending: int, sampling: S
         path, token = verify.tree_verify(ids, parents, preds)
     else:
         sampled = None if not tree.draft_probs else {k + 1: q for k, q in tree.draft_probs.items()}
-        path, token = verify.multi_candidate_tree_verify(ids, parents, sampling.probs(logits), generator, sampled)
+        # The processed distribution of a row only where the rule reads one (the accepted path), not of all 1 + n
+        path, token = verify.multi_candidate_tree_verify(ids, parents, lambda i: sampling.probs(logits[i]),
+                                                         generator, sampled)
     return [k - 1 for k in path], token, preds
 
 

@@ -104,13 +104,20 @@ def keep_path(cache: DynamicCache, start: int, kept_positions: Sequence[int] | t
     kept = kept_positions.tolist() if torch.is_tensor(kept_positions) else [int(k) for k in kept_positions]
     if kept and (kept[0] < start or kept[-1] >= length or any(b <= a for a, b in zip(kept, kept[1:]))):
         raise ValueError(f"kept_positions must increase within [{start}, {length}); got {kept}")
-    if kept and kept[-1] == start + len(kept) - 1:  # increasing from `start` and ending there: consecutive
-        crop(cache, start + len(kept))  # the path is already in place
-        return
-    _check_editable(cache)
-    on: dict[torch.device, torch.Tensor] = {}  # the positions copied once per device, not once per layer
-    for layer in cache.layers:
-        dev = layer.keys.device
-        idx = on[dev] if dev in on else on.setdefault(dev, torch.tensor(kept, dtype=torch.long, device=dev))
-        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, idx)], dim=-2)
-        layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, idx)], dim=-2)
+    # The leading part of the path already in place stays; only the entries after it move, in place (a gather of
+    # the moved entries, written over the rows right after the part in place), then the cache is cropped (a view).
+    # The whole cache is never copied: a tree step costs O(path), not O(context) per layer.
+    first = next((i for i, k in enumerate(kept) if k != start + i), len(kept))
+    crop_to = start + len(kept)
+    if first < len(kept):
+        _check_editable(cache)
+        dst = slice(start + first, crop_to)
+        on: dict[torch.device, torch.Tensor] = {}  # the positions copied once per device, not once per layer
+        with torch.inference_mode():  # caches filled under inference mode can be written in place only there
+            for layer in cache.layers:
+                dev = layer.keys.device
+                idx = on[dev] if dev in on else on.setdefault(
+                    dev, torch.tensor(kept[first:], dtype=torch.long, device=dev))
+                layer.keys[..., dst, :] = layer.keys.index_select(-2, idx)
+                layer.values[..., dst, :] = layer.values.index_select(-2, idx)
+    crop(cache, crop_to)

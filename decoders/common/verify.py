@@ -28,7 +28,7 @@ whose meaning differs between papers and codebases.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -162,7 +162,7 @@ def rejection_verify(
 def multi_candidate_tree_verify(
     tokens: Sequence[int],
     parents: Sequence[int],
-    target_probs: torch.Tensor,
+    target_probs: torch.Tensor | Callable[[int], torch.Tensor],
     generator: torch.Generator,
     draft_probs: Mapping[int, torch.Tensor] | None = None,
 ) -> tuple[list[int], int]:
@@ -205,7 +205,9 @@ def multi_candidate_tree_verify(
             padding node (never accepted).
         parents: ``n`` parent indices (``-1`` for the root, else an earlier index).
         target_probs: ``torch.FloatTensor`` of shape ``(n, vocab_size)``: the target's processed distribution
-            after each node (:meth:`decoders.common.sampling.SamplingConfig.probs`).
+            after each node (:meth:`decoders.common.sampling.SamplingConfig.probs`); or a function of the node
+            index giving that row (``(vocab_size,)``), called only for the nodes the rule reads (the accepted
+            path, a handful of the ``n``): top-p sorts the whole vocabulary of every row it processes.
         generator: source of the uniform draws (one per child tried) and of the final draw.
         draft_probs: ``None`` (every node deterministic), or a mapping from node index to the
             ``torch.FloatTensor`` of shape ``(vocab_size,)`` that node's token was drawn from.
@@ -220,9 +222,12 @@ def multi_candidate_tree_verify(
             the first child tried at its node.
     """
     n = len(tokens)
-    if n == 0 or len(parents) != n or parents[0] != -1 or target_probs.dim() != 2 or target_probs.shape[0] != n:
+    lazy = callable(target_probs)
+    if n == 0 or len(parents) != n or parents[0] != -1 or \
+            (not lazy and (target_probs.dim() != 2 or target_probs.shape[0] != n)):
         raise ValueError(f"need n >= 1 tokens and parents with the root first and target_probs (n, V); got "
-                         f"{n}, {len(parents)}, {tuple(target_probs.shape)}")
+                         f"{n}, {len(parents)}, {'a function' if lazy else tuple(target_probs.shape)}")
+    row = target_probs if lazy else target_probs.__getitem__
     children: list[list[int]] = [[] for _ in range(n)]
     for k in range(1, n):
         if not 0 <= parents[k] < k:
@@ -230,7 +235,7 @@ def multi_candidate_tree_verify(
         children[parents[k]].append(k)
     current = [0]  # nodes spelling the accepted prefix (several when candidates share it)
     while True:
-        residual = target_probs[current[0]]
+        residual = row(current[0])
         kids = sorted(k for c in current for k in children[c])
         tried: set[int] = set()
         accepted = None
@@ -244,7 +249,7 @@ def multi_candidate_tree_verify(
                 raise ValueError(f"node {k}: a sampled draft token must be the first child tried at its node "
                                  "(order sampled candidates before deterministic ones)")
             tried.add(x)
-            u = float(torch.rand((), generator=generator, device=target_probs.device))
+            u = float(torch.rand((), generator=generator, device=residual.device))
             # u < min(1, residual[x] / p_draft_x)  <=>  u * p_draft_x < residual[x]
             if u * p_draft_x < float(residual[x]):
                 accepted = x
