@@ -26,7 +26,7 @@ from decoders.common.base import DraftingDecoder, DraftVocab
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import crop
-from decoders.common.sampling import SamplingConfig, sample_token
+from decoders.common.sampling import SamplingConfig, argmax_ids, sample_token
 from decoders.settings import SpeculativeSettings
 from decoders.types import StepRecord
 
@@ -108,7 +108,7 @@ class _DraftChain:
         drawn from, ``torch.FloatTensor`` of shape ``(target_vocab,)`` (zero beyond the shared ids)."""
         logits = d_logits[0, -1, : self.vocab.draft]
         if self.sampling.greedy:
-            return int(logits.argmax()), None
+            return int(argmax_ids(logits)), None
         probs = torch.zeros(self.vocab.target, dtype=torch.float32, device=logits.device)
         probs[: self.vocab.draft] = self.sampling.probs(logits)
         return sample_token(probs, generator), probs

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
-from decoders.common.sampling import GREEDY, SamplingConfig, check_generator
+from decoders.common.sampling import GREEDY, SamplingConfig, argmax_ids, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
 
@@ -44,7 +44,7 @@ class VanillaDecoder:
         """The next token, ``torch.LongTensor`` of shape ``(1, 1)`` on the logits' device, from the last
         position's logits ``(1, n, vocab_size)``."""
         if self.sampling.greedy:
-            return logits[:, -1:].argmax(-1)
+            return argmax_ids(logits[:, -1:])
         return torch.multinomial(self.sampling.probs(logits[0, -1]), 1, generator=generator).view(1, 1)
 
     @torch.inference_mode()

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from decoders.common.sampling import (GREEDY, SamplingConfig, make_generator, require_sampling_support,
-                                      sample_seed)
+from decoders.common.sampling import (GREEDY, SamplingConfig, argmax_ids, make_generator,
+                                      require_sampling_support, sample_seed)
 from decoders.hf_assisted import HFAssistedDecoder, HFGreedyDecoder
 from decoders.lookahead import LookaheadDecoder
 from decoders.ouroboros import OuroborosDecoder
@@ -235,3 +235,16 @@ def test_runner_refuses_a_setting_the_pair_cannot_honour_in_one_line(tmp_path):
         _run(tmp_path, "decoder=[vanilla,hf_assisted]", "runner.temperature=0.7")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_argmax_ids_is_argmax_ties_included(dtype):
+    """argmax_ids (max(-1).indices, fast for bfloat16 on CPUs) returns exactly torch.argmax's ids: the first
+    maximum of each row, on rows full of ties, on one row, and on a batch of rows."""
+    for seed in range(50):
+        g = torch.Generator().manual_seed(seed)
+        tied = (torch.randint(0, 6, (5, 700), generator=g).float() / 4).to(dtype)  # many equal maxima per row
+        wide = torch.randn(3, 4099, generator=g).to(dtype)
+        wide[:, 17] = wide[:, 2000] = wide.max()
+        for x in (tied, wide, tied[0], wide[:, None, :]):
+            assert torch.equal(argmax_ids(x), x.argmax(-1))

@@ -34,7 +34,7 @@ from decoders.common import verify
 from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import keep_path
-from decoders.common.sampling import SamplingConfig, check_generator
+from decoders.common.sampling import SamplingConfig, argmax_ids, check_generator
 from decoders.common.stopping import check_max_new_tokens, truncate_at_stop
 from decoders.common.tree import tree_attention
 from decoders.types import NULL_STOPWATCH, DecodeResult, StepRecord, Stopwatch
@@ -153,7 +153,7 @@ class Verdict:
     @property
     def preds(self) -> list[int]:
         if self._preds is None:
-            object.__setattr__(self, "_preds", self.logits.argmax(-1).tolist())
+            object.__setattr__(self, "_preds", argmax_ids(self.logits).tolist())
         return self._preds  # type: ignore[return-value]
 
 
@@ -211,7 +211,7 @@ def verify_tree(tree: DraftTree, logits: torch.Tensor, pending: int, sampling: S
     parents = [-1, *(p + 1 for p in tree.parents)]
     preds = None
     if sampling.greedy:
-        preds = logits.argmax(-1).tolist()
+        preds = argmax_ids(logits).tolist()
         path, token = verify.tree_verify(ids, parents, preds)
     else:
         sampled = None if not tree.draft_probs else {k + 1: q for k, q in tree.draft_probs.items()}

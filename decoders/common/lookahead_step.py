@@ -53,7 +53,7 @@ from decoders.common.heads import FullHead, ReducedVocabHead
 from decoders.common.jacobi import JacobiWindow
 from decoders.common.kv_cache import crop, keep_path
 from decoders.common.ngram_pool import NGramPool
-from decoders.common.sampling import GREEDY, SamplingConfig, check_generator, sample_token
+from decoders.common.sampling import GREEDY, SamplingConfig, argmax_ids, check_generator, sample_token
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree import LookaheadLayout, lookahead_layout, prepend_chain, tree_attention
 from decoders.common.verify import multi_candidate_tree_verify
@@ -295,7 +295,7 @@ class LookaheadStepper:
         logits = self.head.logits(ids, self.cache, keep=1)
         if not self.sampling.greedy:
             return sample_token(self._id_probs(logits[-1:])[0], generator)
-        return int(self.head.token_ids(logits[-1:].argmax(-1))[0])
+        return int(self.head.token_ids(argmax_ids(logits[-1:]))[0])
 
     def sync(self, committed: Sequence[int]) -> None:
         """Adopt ``committed`` (the tokens accepted so far) as ``seq``; drop cache entries it contradicts.
@@ -340,7 +340,7 @@ class LookaheadStepper:
         mask, position_ids = tree_attention(prepend_chain(layout.parents, off), past, dtype=model.dtype, device=device)
         logits = self.head.logits(torch.tensor([ids], device=device), self.cache, position_ids=position_ids,
                                   attention_mask=mask, keep=torch.tensor(needed, device=device))
-        preds = self.head.token_ids(logits.argmax(-1)).tolist()  # aligned with `needed`; one device sync
+        preds = self.head.token_ids(argmax_ids(logits)).tolist()  # aligned with `needed`; one device sync
 
         best = accepted = 0
         bonus = preds[0]

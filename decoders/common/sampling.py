@@ -103,7 +103,7 @@ class SamplingConfig:
             generator: required when sampling.
         """
         if self.greedy:
-            return int(logits.argmax())
+            return int(argmax_ids(logits))
         return sample_token(self.probs(logits), generator)
 
     def generation_config_kwargs(self) -> dict[str, Any]:
@@ -123,6 +123,17 @@ class SamplingConfig:
 
 #: The default: greedy decoding.
 GREEDY = SamplingConfig()
+
+
+def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax over the last dimension (``torch.LongTensor`` of ``logits.shape[:-1]``): the first maximal
+    index of each row, the rule of ``torch.argmax``, computed as ``logits.max(-1).indices``.
+
+    Same ids as ``logits.argmax(-1)`` (ties included: both return the first maximum), but for bfloat16 logits on a
+    CPU ``argmax`` takes a slow path: with torch 2.13 on a 2-core AMD EPYC [26/2], one 151,936-wide row took 0.49 ms
+    against 0.08 ms, and the 62 rows of a tree verification 15.3 ms against 2.8 ms (float32: 2.6 against 2.3).
+    """
+    return logits.max(-1).indices
 
 
 def sample_token(probs: torch.Tensor, generator: torch.Generator) -> int:
