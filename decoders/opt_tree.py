@@ -33,7 +33,9 @@ Beyond the paper (each off by default):
 * ``copy_tokens`` (the *hybrid tree*): before the draft model runs, the continuation that followed the most recent
   earlier occurrence of the context's last n-gram (prompt lookup's match, up to ``min(copy_tokens, num_nodes)``
   tokens) is put in the tree as a chain under the pending token (origin ``copy``, value 1 per node: always
-  verified). With ``draft_on_copy=False`` a step with a match runs no draft forward at all (the copy is the whole
+  verified). ``copy_min_match`` is the shortest suffix that must recur (1: a single recurring token is enough;
+  3: only a recurring 3-gram, fewer but surer copies). With ``draft_on_copy=False`` a step with a match runs no
+  draft forward at all (the copy is the whole
   tree); otherwise the draft's tree is grown within the budget the copy leaves (``num_nodes - len(copy)`` nodes)
   and merged with it (a draft node equal to a copy node is the same node). ``num_nodes`` bounds every step's
   verified tree, copy included.
@@ -81,6 +83,8 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
         copy_tokens: ``>= 0``; 0 = off. Otherwise the hybrid tree's copied branch holds up to this many tokens
             (and at most ``num_nodes``).
         draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found.
+        copy_min_match: with ``copy_tokens``, ``1 <= m <= 3``: copy only when the context's last ``n >= m`` tokens
+            occurred earlier (``n`` = 3 tried first).
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (applied to the draft's values too).
 
@@ -127,8 +131,8 @@ class _TreeGrower:
         copy: list[int] = []
         if d.copy_tokens and room:
             length = min(d.copy_tokens, room, d.num_nodes)  # the copy is verified within the node budget
-            copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, length), d.eos_token_ids,
-                                    length)
+            copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, length, d.copy_min_match),
+                                    d.eos_token_ids, length)
         self.budget = d.num_nodes - len(copy)  # draft nodes this step: the budget the copy leaves
         nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
         forwards = fed_tokens = 0
@@ -279,6 +283,6 @@ class _TreeGrower:
             out["cost_aware"] = True
             out["cost_points"] = d.cost.describe() if d.cost else ""
         if d.copy_tokens:
-            out.update(copy_tokens=d.copy_tokens, draft_on_copy=d.draft_on_copy,
+            out.update(copy_tokens=d.copy_tokens, draft_on_copy=d.draft_on_copy, copy_min_match=d.copy_min_match,
                        copy_step_rate=stats.get("copy_steps", 0) / n if n else 0.0)
         return out

@@ -112,6 +112,8 @@ class OptTreeSettings:
     cost_aware: bool = setting(False, None, "size the tree by measured forward costs instead of threshold")
     copy_tokens: int = setting(0, at_least(0), "hybrid tree: copied branch length, within num_nodes (0: off)")
     draft_on_copy: bool = setting(True, None, "hybrid tree: also grow the draft's tree when a copy is found")
+    copy_min_match: int = setting(1, between(1, 3), "hybrid tree: copy only where the context's last n tokens "
+                                                    "recur, n >= this (1-3; the longest is tried first)")
 
 
 #: EAGLE-1's default draft tree: ``mc_sim_7b_63`` in SafeAILab/EAGLE ``eagle/model/choices.py`` (25 nodes over 5

@@ -29,6 +29,7 @@ CONFIGS = {
     "hybrid_skip": dict(num_nodes=16, copy_tokens=10, draft_on_copy=False),
     "hybrid_one_node": dict(num_nodes=1, copy_tokens=20, draft_on_copy=True),
     "hybrid_small_skip": dict(num_nodes=3, copy_tokens=20, draft_on_copy=False),
+    "hybrid_match3_skip": dict(num_nodes=16, copy_tokens=10, draft_on_copy=False, copy_min_match=3),
 }
 
 
@@ -120,6 +121,24 @@ def test_cost_is_measured_at_construction(target, noisy_draft):
     assert len(cost.describe().split(",")) == len(cost.points)
 
 
+def test_copy_min_match_copies_only_where_a_longer_suffix_recurs(confident, prompt_ids, eos_ids):
+    """With copy_min_match=3 a step copies only when the context's last 3 tokens occurred before: a context whose
+    last token recurs but whose last 2- and 3-grams do not gets no copy (with 1 it does), and each copy the
+    decoder makes is the continuation of a recurring 3-gram."""
+    t, d = confident
+    lone = [5, 9, 7, 11, 12, 13, 7]  # 7 recurs; [13, 7] and [12, 13, 7] do not
+    for m, copies in ((1, True), (3, False)):
+        grower = OptTreeDecoder(t, d, num_nodes=8, copy_tokens=4, draft_on_copy=False, copy_min_match=m,
+                                eos_token_ids=eos_ids).proposer()
+        grower.start(lone)
+        tree = grower.propose(lone, 16, None)
+        assert ("copy" in tree.counts.origins) is copies
+    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, draft_on_copy=False, copy_min_match=3,
+                             eos_token_ids=eos_ids)
+    rates = [decoder.generate(prompt_ids[i], MAX_NEW).extra for i in (2, 3, 8, 11)]  # repetitive prompts
+    assert all(x["copy_min_match"] == 3 for x in rates) and max(x["copy_step_rate"] for x in rates) > 0
+
+
 def test_hybrid_skip_runs_no_draft_forward_on_copy_steps(confident, prompt_ids, eos_ids):
     t, d = confident
     decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, draft_on_copy=False, eos_token_ids=eos_ids)
@@ -157,6 +176,7 @@ def test_the_node_budget_bounds_every_verified_tree_copy_included(num_nodes, dra
     (dict(copy_tokens=-1), "copy_tokens"), (dict(cost_aware="yes"), "cost_aware"),
     (dict(cost_aware=-1), "cost_aware=-1: must be true or false"), (dict(draft_on_copy=1), "draft_on_copy"),
     (dict(threshold=1.5), r"threshold=1.5: must be a number in \[0.0, 1.0\]"),
+    (dict(copy_min_match=4), "copy_min_match=4"), (dict(copy_min_match=0), "copy_min_match=0"),
 ])
 def test_bad_settings_refused(kwargs, match, target, noisy_draft):
     with pytest.raises(ValueError, match=match):

@@ -133,11 +133,13 @@ SHORT_NAMES = {"window_size": "W", "ngram_size": "N", "guess_set_size": "G", "ma
                "num_assistant_tokens_schedule": "schedule", "assistant_confidence_threshold": "threshold",
                "pool_from_prompt": "prompt n-grams", "free_draft_min_match": "free drafts from",
                "draft_vocab_size": "draft vocab", "stop_confidence": "stop below", "branch_confidence": "branch below",
-               "cost_aware": "cost-aware", "copy_tokens": "copy", "draft_on_copy": "draft on copy"}
+               "cost_aware": "cost-aware", "copy_tokens": "copy", "draft_on_copy": "draft on copy",
+               "copy_min_match": "copy match"}
 #: ... and parameters that are bookkeeping, never shown.
 HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches", "threshold", "max_depth")
 #: Options that mean something only when another is on (option -> the one it depends on).
-DEPENDENT_PARAMS = {"draft_on_copy": "copy_tokens", "max_branches": "branch_confidence"}
+DEPENDENT_PARAMS = {"draft_on_copy": "copy_tokens", "copy_min_match": "copy_tokens",
+                    "max_branches": "branch_confidence"}
 #: Values that mean "off" when no schema default is at hand.
 _OFF = (None, False, 0, 0.0, "")
 #: Order of the settings when the caller gives none: the core terms, then the named extensions.
