@@ -51,7 +51,7 @@ from decoders.common.base import DraftingDecoder
 from decoders.common.cost import ForwardCost
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
-from decoders.common.ngram_pool import find_prompt_lookup_candidates
+from decoders.common.ngram_pool import SuffixIndex
 from decoders.common.stopping import truncate_at_stop
 from decoders.common.tree_draft import TreeDrafter
 from decoders.types import StepRecord
@@ -114,6 +114,7 @@ class _TreeGrower:
     def __init__(self, decoder: OptTreeDecoder):
         self.decoder = decoder  # its settings, draft model and measured forward costs
         self.draft = TreeDrafter(decoder)
+        self.copier = SuffixIndex(COPY_NGRAM)  # renewed by start
         self.budget = decoder.num_nodes  # draft nodes of this step's tree (num_nodes less the copied branch)
         # This step's state, set by propose and read by accepted:
         self.chosen: list[int] = []      # draft node (verified order) -> candidate index
@@ -122,6 +123,7 @@ class _TreeGrower:
 
     def start(self, prompt: list[int]) -> None:
         self.draft.start(prompt)
+        self.copier = SuffixIndex(COPY_NGRAM)  # the hybrid tree's copy (prompt lookup's match), kept incrementally
 
     # -------------------------------------------------------------------------------------------------------
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
@@ -131,8 +133,7 @@ class _TreeGrower:
         copy: list[int] = []
         if d.copy_tokens and room:
             length = min(d.copy_tokens, room, d.num_nodes)  # the copy is verified within the node budget
-            copy = truncate_at_stop(find_prompt_lookup_candidates(context, COPY_NGRAM, length, d.copy_min_match),
-                                    d.eos_token_ids, length)
+            copy = truncate_at_stop(self.copier.candidates(context, length, d.copy_min_match), d.eos_token_ids, length)
         self.budget = d.num_nodes - len(copy)  # draft nodes this step: the budget the copy leaves
         nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
         forwards = fed_tokens = 0

@@ -76,7 +76,7 @@ from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
 from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
 from decoders.common.lookahead_drafter import DraftProposal, LookaheadDrafter
-from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates, start_pool
+from decoders.common.ngram_pool import NGramPool, SuffixIndex, start_pool
 from decoders.common.stopping import truncate_at_stop
 from decoders.types import StepRecord
 from decoders.settings import OuroborosSettings
@@ -308,6 +308,7 @@ class _PhraseTree:
                                         eos_token_ids=d.eos_token_ids, head=d.draft_head, confidence=d.confidence,
                                         sampling=d.sampling)
         self.draftable = False
+        self.copier: SuffixIndex | None = None  # set by start when free drafts are on
         self.proposal = Proposal([])
         self.labels = ("draft", "suffix", *(("free",) if d.free_draft_min_match else ()),
                        *(("branch",) if d.branch_confidence else ()))
@@ -320,6 +321,9 @@ class _PhraseTree:
         self.draftable = d.vocab.can_embed(prompt)
         if self.draftable:
             self.drafter.start(prompt)
+        # free drafts: the context's copy (prompt lookup's match), kept incrementally for this sample
+        self.copier = SuffixIndex(max(FREE_DRAFT_MAX_MATCH, d.free_draft_min_match)) if d.free_draft_min_match \
+            else None
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
         """The trunk (free copy, or the draft model's lookahead drafting), its suffixes and branches.
@@ -336,8 +340,7 @@ class _PhraseTree:
         free = False
         draft = DraftProposal([], 0, 0)
         if budget and d.free_draft_min_match:
-            copied = find_prompt_lookup_candidates(context, max(FREE_DRAFT_MAX_MATCH, d.free_draft_min_match), budget,
-                                                   d.free_draft_min_match)
+            copied = self.copier.candidates(context, budget, d.free_draft_min_match)
             trunk = truncate_at_stop(copied, eos, budget)
             free = bool(trunk)
         if budget and not free and self.draftable:

@@ -27,7 +27,7 @@ import torch
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
-from decoders.common.ngram_pool import find_prompt_lookup_candidates
+from decoders.common.ngram_pool import SuffixIndex, find_prompt_lookup_candidates
 from decoders.common.stopping import truncate_at_stop
 from decoders.types import StepRecord
 from decoders.settings import PromptLookupSettings
@@ -68,26 +68,34 @@ class PromptLookupDecoder(DraftingDecoder, settings=PromptLookupSettings, uses_d
     def proposer(self) -> "_ContextCopy":
         return _ContextCopy(self)
 
-    def propose(self, context: list[int], remaining: int) -> list[int]:
+    def propose(self, context: list[int], remaining: int, index: SuffixIndex | None = None) -> list[int]:
         """The draft copied from ``context`` (``context[-1]`` pending): at most ``num_draft_tokens``, at most
-        ``remaining - 1``, within the position limit, cut just after an EOS id; empty when nothing matches."""
+        ``remaining - 1``, within the position limit, cut just after an EOS id; empty when nothing matches.
+        ``index``: the sample's :class:`~decoders.common.ngram_pool.SuffixIndex` (the same draft, found without
+        scanning the context); without one the context is scanned."""
         max_depth = max_depth_after(self.target_model, len(context) - 1)  # the pending token is not cached yet
         gamma = max(0, min(self.num_draft_tokens, remaining - 1, max_depth))
-        draft = find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size) if gamma else []
+        if not gamma:
+            draft = []
+        elif index is not None:
+            draft = index.candidates(context, gamma, self.min_ngram_size)
+        else:
+            draft = find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size)
         return truncate_at_stop(draft, self.eos_token_ids, len(draft))
 
 
 class _ContextCopy:
-    """The prompt lookup proposer for one sample (stateless: the context is the whole memory)."""
+    """The prompt lookup proposer for one sample: the context's n-grams, indexed as the context grows."""
 
     def __init__(self, decoder: PromptLookupDecoder):
         self.decoder = decoder  # its settings and :meth:`PromptLookupDecoder.propose`
+        self.index = SuffixIndex(decoder.max_ngram_size)
 
     def start(self, prompt: list[int]) -> None:
-        pass
+        self.index = SuffixIndex(self.decoder.max_ngram_size)
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
-        draft = self.decoder.propose(context, remaining)
+        draft = self.decoder.propose(context, remaining, self.index)
         return DraftTree.chain(draft, counts=DraftCounts(default_origin="prompt_lookup", labels=("prompt_lookup",),
                                                          stats={"lookup_steps": bool(draft)}))
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import doctest
+import random
 
 import pytest
 
 from decoders.common import ngram_pool
-from decoders.common.ngram_pool import NGramPool, find_prompt_lookup_candidates
+from decoders.common.ngram_pool import NGramPool, SuffixIndex, find_prompt_lookup_candidates
 
 
 def test_docstring_examples():
@@ -106,3 +107,29 @@ def test_matcher_no_match_and_edge_sizes():
 def test_matcher_rejects_bad_sizes(max_n, k, min_n):
     with pytest.raises(ValueError):
         find_prompt_lookup_candidates([1, 2, 1, 2], max_n, k, min_n)
+
+
+def test_suffix_index_equals_the_matcher_on_growing_contexts():
+    """SuffixIndex (incremental) returns exactly find_prompt_lookup_candidates' draft at every step of random
+    growing contexts: small vocabularies (many repeats and periodic tails), every size, steps adding 0-4 tokens."""
+    rng = random.Random(0)
+    for _ in range(300):
+        vocab, max_n = rng.choice([2, 3, 5, 50]), rng.randint(1, 5)
+        index = SuffixIndex(max_n)
+        context = [rng.randrange(vocab) for _ in range(rng.randint(1, 6))]
+        for _ in range(25):
+            k, top = rng.randint(0, 12), rng.randint(1, max_n)
+            low = rng.randint(1, top)
+            assert index.candidates(context, k, low, top) == find_prompt_lookup_candidates(context, top, k, low)
+            context = context + [rng.randrange(vocab) for _ in range(rng.randint(0, 4))]
+
+
+def test_suffix_index_refuses_a_shrinking_context_and_bad_sizes():
+    index = SuffixIndex(3)
+    assert index.candidates([1, 2, 3, 1, 2], 2) == [3, 1]
+    with pytest.raises(ValueError, match="shrank"):
+        index.candidates([1, 2, 3], 2)
+    with pytest.raises(ValueError):
+        index.candidates([1, 2, 3, 1, 2, 3], 2, max_ngram_size=4)  # beyond what the index keeps
+    with pytest.raises(ValueError):
+        SuffixIndex(0)

@@ -5,8 +5,10 @@ Lookahead decoding (Fu et al. 2024, arXiv 2402.02057, section 3) fills from its 
 verifies from (Ouroboros, arXiv 2402.13720, reuses it as its phrase pool), :func:`start_pool` (a sample's
 cold or warm start, optionally seeded with the prompt's n-grams), and
 :func:`find_prompt_lookup_candidates`, the longest-suffix n-gram match of prompt lookup decoding
-(Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding). What does not: attention layouts
-(:mod:`decoders.common.tree`) and verification (:mod:`decoders.common.verify`). Pure Python, no torch.
+(Saxena 2023, github.com/apoorvumang/prompt-lookup-decoding), and :class:`SuffixIndex`, the same match kept
+incrementally for a growing context (O(new tokens) per step instead of a scan of the context). What does not:
+attention layouts (:mod:`decoders.common.tree`) and verification (:mod:`decoders.common.verify`). Pure Python,
+no torch.
 """
 
 from __future__ import annotations
@@ -211,3 +213,66 @@ def find_prompt_lookup_candidates(
                 ext.append(ext[start + j])
             return ext[length:]
     return []
+
+
+class SuffixIndex:
+    """:func:`find_prompt_lookup_candidates` for one growing context, without rescanning it every step.
+
+    For every n-gram size ``1 .. max_ngram_size`` a dictionary maps each n-gram of the context to the start of its
+    most recent occurrence that is not the context's own suffix (a window ending before the last token). Each
+    call indexes only the tokens added since the last one, so a step costs O(new tokens x max_ngram_size) plus the
+    copy, where the function scans the whole context (~0.1 ms at 500 tokens, ~0.5 ms at 8,000). The context may
+    only grow between calls (a decode's context: prompt, then committed tokens).
+
+    Example:
+        >>> index = SuffixIndex(max_ngram_size=3)
+        >>> index.candidates([1, 2, 3, 4, 1, 2, 3, 5, 1, 2], 3)   # as find_prompt_lookup_candidates
+        [3, 5, 1]
+
+    Args:
+        max_ngram_size: the longest suffix n-gram a call may ask for (``>= 1``).
+
+    Raises:
+        ValueError: on a size out of range, or (in :meth:`candidates`) a context shorter than the one indexed.
+    """
+
+    def __init__(self, max_ngram_size: int):
+        if max_ngram_size < 1:
+            raise ValueError(f"max_ngram_size must be >= 1, got {max_ngram_size}")
+        self.max_ngram_size = max_ngram_size
+        self._last: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_ngram_size + 1)]  # by n-gram size
+        self._tokens: list[int] = []
+        self._ends = 0  # windows ending at positions < this are indexed
+
+    def candidates(self, tokens: Sequence[int], num_draft_tokens: int, min_ngram_size: int = 1,
+                   max_ngram_size: int | None = None) -> list[int]:
+        """Exactly ``find_prompt_lookup_candidates(tokens, max_ngram_size, num_draft_tokens, min_ngram_size)``
+        (``max_ngram_size`` defaults to the index's and may not exceed it); ``tokens`` extends the context of the
+        previous call."""
+        top = self.max_ngram_size if max_ngram_size is None else max_ngram_size
+        if not 1 <= min_ngram_size <= top <= self.max_ngram_size:
+            raise ValueError(f"need 1 <= min_ngram_size <= max_ngram_size <= {self.max_ngram_size}, got "
+                             f"{min_ngram_size}, {top}")
+        if num_draft_tokens < 0:
+            raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft_tokens}")
+        length = len(tokens)
+        if length < len(self._tokens):
+            raise ValueError(f"the context shrank from {len(self._tokens)} to {length} tokens: an index follows one "
+                             "growing context")
+        self._tokens.extend(tokens[len(self._tokens):])
+        seq = self._tokens
+        for end in range(self._ends, length - 1):  # windows that end before the last token
+            for n in range(1, min(self.max_ngram_size, end + 1) + 1):
+                self._last[n][tuple(seq[end - n + 1: end + 1])] = end - n + 1
+        self._ends = max(self._ends, length - 1)
+        if num_draft_tokens == 0:
+            return []
+        for n in range(min(top, length - 1), min_ngram_size - 1, -1):
+            hit = self._last[n].get(tuple(seq[length - n:]))
+            if hit is not None:
+                start = hit + n  # first token after the most recent match; < length
+                draft: list[int] = []
+                for i in range(start, start + num_draft_tokens):  # past the context's end: over the draft itself
+                    draft.append(seq[i] if i < length else draft[i - length])
+                return draft
+        return []
