@@ -35,7 +35,8 @@
 #   (each process runs at its own speed: nine quiet runs had vanilla at 690-1074 tok/s).
 #   Paired speedups differ between CPUs (the same code: Ouroboros 1.10 on a Zen 3 EPYC, 1.05 on an AMX Xeon),
 #   so the baseline is one file per machine class; on a class without its own file each cell is judged against
-#   the recorded class it matches best, its margin widened by the spread between the recorded classes
+#   the recorded class it matches best after the run's common shift against it is removed, its margin widened by
+#   the spread left between the recorded classes
 #   (harness/regress/classes.py).
 #   The run's shift = median over its 210 values (3 prompts x 70 repeats) of ln(ratio) minus the baseline's
 #   median for that prompt; margin = k x its standard error, k = 3, at least 5 %. With the noise of the

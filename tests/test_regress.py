@@ -367,6 +367,33 @@ def test_an_unrecorded_class_is_judged_with_margins_widened_by_the_spread():
     assert status == 1
 
 
+def test_an_unrecorded_machine_slower_for_every_decoder_passes_and_the_raw_spread_would_miss_one_slower():
+    # An unrecorded machine where every decoder's speedup sits 10 % lower (a common shift, as between the recorded
+    # classes) passes; the shift is what common_shift measures. Reproducer of why the shift is removed: judged by
+    # the raw spread between three recorded classes (the rule first built), Ouroboros 1.2x slower alone passes.
+    baselines = gate_classes.load([TINY_BASELINES])
+    assert len(baselines) >= 3
+    tol = ci_tolerances()
+    name = "humaneval | tiny-random-qwen2 / tiny-random-qwen2-twin | ouroboros"
+    base = baselines[0].data
+    uniform = _as_machine(base, "Test CPU [0/0] (2 cores, avx2)")
+    for cell in [n for n, c in base["cells"].items() if c.get("speedup")]:
+        uniform = _slowed(uniform, cell, 1 / 0.9)
+    assert gate_classes.common_shift(uniform, base) == pytest.approx(math.log(0.9))
+    checks, _, _ = gate_classes.judge(baselines, uniform, tol)
+    assert not [c for c in checks if c.failed or c.unjudged], gate_checks.format_checks(checks)
+    slow = _slowed(_as_machine(base, "Test CPU [0/0] (2 cores, avx2)"), name, 1.2)
+    raw = gate_classes.spreads(baselines, shifted=False)
+    accepted = []
+    for b in baselines:
+        cross = gate_checks.CrossClass(raw, gate_classes.describe(b.machine))
+        if not [c for c in gate_checks.compare(b.data, slow, tol, cross) if c.cell == name and c.failed]:
+            accepted.append(b)
+    assert accepted                                    # some class's widened raw limit lets it through
+    failed = [(c.cell, c.metric) for c in gate_classes.judge(baselines, slow, tol)[0] if c.failed]
+    assert failed == [(name, "speedup")]
+
+
 def test_one_recorded_class_does_not_judge_speed_on_another(tmp_path, capsys):
     # With one machine class recorded there is no measured spread: speed on another machine is NOT JUDGED
     # (exit 3, never a pass); counters and equality are still gated exactly.

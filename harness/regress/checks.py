@@ -40,13 +40,18 @@ class CrossClass:
     """A run judged against the baseline of another machine class (:mod:`harness.regress.classes`).
 
     Attributes:
-        spread: per cell, ``ln(max / min)`` of its speedup between the recorded machine classes: the speed
-            margin is widened by it; a cell without one is not judged (UNGATED).
+        spread: per cell, the spread of its speedup between the recorded machine classes (``ln(max / min)``,
+            after each class's common shift; :func:`harness.regress.classes.spreads`): the speed margin is widened
+            by it; a cell without one is not judged (UNGATED).
         against: the baseline's machine class in words.
+        shift: this run's common shift against that class, ``ln`` of the factor all its speedups sit above (or
+            below) the class's (:func:`harness.regress.classes.common_shift`); each speedup is divided by
+            ``exp(shift)`` before it is judged. 0: none.
     """
 
     spread: Mapping[str, float]
     against: str
+    shift: float = 0.0
 
 
 @dataclass
@@ -259,6 +264,9 @@ def _speed(name: str, b: dict, c: dict, tol: Tolerances, threads: tuple[Any, Any
                             f"timing noise too large, {_load_text(c)}")]
     if cross is not None:
         spread = cross.spread.get(name)
+        if cross.shift:  # the run on the class's footing: its common shift against that machine removed
+            cur *= math.exp(-cross.shift)
+            how = f"run x {math.exp(-cross.shift):.3f} (this machine's common shift against {cross.against}); {how}"
         if spread is None:
             why = (f"other machine class (baseline: {cross.against}) and no spread between recorded classes to "
                    f"widen the margin by: record this machine's baseline (bash benchmarks/ci_regress.sh --update)")

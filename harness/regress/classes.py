@@ -11,11 +11,16 @@ So a baseline is a folder of JSON files, one per machine class (:func:`class_of`
 names it, and the torch thread count), and a run is judged:
 
 * on a class with a baseline of its own: against that one alone, with the noise model's margin;
-* on a class without one, where two or more classes are recorded: each cell against the recorded class it
-  matches best (fewest failed checks, then fewest unjudged), the margin of its speed check widened by the
-  cell's spread between the recorded classes (``ln(max / min)`` of their speedups): the run must look like
-  one of the recorded machines, give or take how far those differ from each other. Counters and equality are
-  exact as always (float32), against that class;
+* on a class without one, where two or more classes are recorded: against each recorded class the run's
+  *common shift* is removed first (:func:`common_shift`: the median over its speed cells of ``ln(run / class)``,
+  the factor by which every decoder's speedup sits higher or lower on this machine), then each cell is judged
+  against the recorded class it matches best (fewest failed checks, then fewest unjudged), the margin of its
+  speed check widened by the cell's spread between the recorded classes after their own common shifts
+  (:func:`spreads`). Measured: every decoder sits 2-5 % lower on the Xeon and 5-13 % lower on a Zen 5 EPYC than
+  on the Zen 3, mostly a common shift (what is left: at most 5 %, Ouroboros). Widening by the raw spread instead
+  let a 1.2x slowdown of one decoder pass once three classes were recorded (its speedup fell inside the
+  slowest class's). With fewer than three shared speed cells there is no shift to estimate: the run is judged
+  unshifted against the raw spread. Counters and equality are exact as always (float32), against that class;
 * on a class without one, where one class is recorded: counters and equality are gated, speed is not judged
   (exit 3, never a pass): one machine says nothing about how far another one's speedups may sit.
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -109,15 +115,34 @@ def load(paths: Sequence[str | Path]) -> list[Baseline]:
     return out
 
 
-def spreads(baselines: Sequence[Baseline]) -> dict[str, float]:
-    """Per cell, ``ln(max / min)`` of its speedup over the recorded classes that have one; only cells that two
-    or more classes measured."""
+#: Speed cells a run and a class must share for a common shift to be estimated (fewer: none, see the docstring).
+MIN_SHIFT_CELLS = 3
+
+
+def _speedups(summary: dict[str, Any]) -> dict[str, float]:
+    return {name: float(cell["speedup"]) for name, cell in summary["cells"].items()
+            if cell.get("speedup") and cell["speedup"] > 0}
+
+
+def common_shift(current: dict[str, Any], baseline: dict[str, Any]) -> float | None:
+    """The median over the speed cells both have of ``ln(current speedup / baseline speedup)``: how far every
+    decoder's speedup sits above (> 0) or below that class's on this machine. ``None`` below
+    :data:`MIN_SHIFT_CELLS` shared cells (a median of one or two cells would absorb a regression)."""
+    a, b = _speedups(current), _speedups(baseline)
+    logs = [math.log(a[n] / b[n]) for n in a.keys() & b.keys()]
+    return statistics.median(logs) if len(logs) >= MIN_SHIFT_CELLS else None
+
+
+def spreads(baselines: Sequence[Baseline], shifted: bool = True) -> dict[str, float]:
+    """Per cell, ``ln(max / min)`` of its speedup over the recorded classes that have one, each class's speedups
+    first divided by its common shift against the first class (``shifted``; a class with too few shared cells is
+    taken as it is), or as recorded (``shifted=False``); only cells that two or more classes measured."""
     values: dict[str, list[float]] = {}
     for b in baselines:
-        for name, cell in b.data["cells"].items():
-            if cell.get("speedup") and cell["speedup"] > 0:
-                values.setdefault(name, []).append(float(cell["speedup"]))
-    return {name: math.log(max(v) / min(v)) for name, v in values.items() if len(v) >= 2}
+        shift = (common_shift(b.data, baselines[0].data) or 0.0) if shifted else 0.0
+        for name, speedup in _speedups(b.data).items():
+            values.setdefault(name, []).append(math.log(speedup) - shift)
+    return {name: max(v) - min(v) for name, v in values.items() if len(v) >= 2}
 
 
 def judge(baselines: Sequence[Baseline], current: dict[str, Any], tol: Tolerances
@@ -133,13 +158,18 @@ def judge(baselines: Sequence[Baseline], current: dict[str, Any], tol: Tolerance
     if own:
         return compare(own[0].data, current, tol), own, f"machine class recorded: {describe(machine)}"
     recorded = "; ".join(describe(b.machine) for b in baselines)
-    spread = spreads(baselines)
+    spread, raw = spreads(baselines), spreads(baselines, shifted=False)
     if len(baselines) < 2 or not spread:
         cross = CrossClass({}, describe(baselines[0].machine))
         return (compare(baselines[0].data, current, tol, cross), list(baselines[:1]),
                 f"machine class NOT recorded ({describe(machine)}): speed not judged against another machine; "
                 f"record this one (bash benchmarks/ci_regress.sh --update)")
-    per_class = [(b, compare(b.data, current, tol, CrossClass(spread, describe(b.machine)))) for b in baselines]
+    per_class = []
+    for b in baselines:
+        shift = common_shift(current, b.data)
+        cross = CrossClass(spread, describe(b.machine), shift) if shift is not None else \
+            CrossClass(raw, describe(b.machine))
+        per_class.append((b, compare(b.data, current, tol, cross)))
     names = list(dict.fromkeys(c.cell for _, checks in per_class for c in checks))
     out: list[Check] = []
     used: dict[Path, Baseline] = {}
@@ -153,4 +183,5 @@ def judge(baselines: Sequence[Baseline], current: dict[str, Any], tol: Tolerance
         out += mine
     return out, list(used.values()), (
         f"machine class NOT recorded ({describe(machine)}): each cell judged against the recorded class it "
-        f"matches best ({recorded}), speed margins widened by the cell's spread between those classes")
+        f"matches best ({recorded}), the run's common shift against that class removed, speed margins widened "
+        f"by the cell's spread between those classes")
