@@ -9,7 +9,8 @@
   tests' tiny random pair (the draft a noisy copy of the target) on the device; each output is compared over
   the whole sequence with vanilla's. Rows: ``equality_<dtype>.jsonl``. float32 is the losslessness contract
   (exit 1 on any difference); bfloat16 reports, per decoder, how many outputs equal vanilla's and the first
-  divergent token index (batched and one-token forwards round differently in half precision).
+  divergent token index (batched and one-token forwards round differently in half precision). In either dtype a
+  config that raises, or cannot run after another's CUDA error, fails the step (exit 1).
 * ``timing``: a randomly initialised target of the real target's shape (``qwen2.5-1.5b``: Qwen2.5(-Coder) 1.5B;
   or ``tiny`` for a dry run), bfloat16 on CUDA, EOS ignored, one config per decoder family (:data:`TIMED`, their
   defaults). Per decoder: tokens/s over timed decodes (synchronized :class:`harness.job.timing.Stopwatch`, warm-up
@@ -102,7 +103,7 @@ def equality(args) -> int:
     names = [n for n in available("decoder") if not args.only or n in args.only.split(",")]
     vanilla_dec = _build("vanilla", target, draft, eos, tok)
     ref = [vanilla_dec.generate(ids, args.max_new_tokens).token_ids for ids in prompts]
-    rows, lines, differ = [], [], 0
+    rows, lines, differ, broke = [], [], 0, 0  # broke: configs that raised or never ran (fail in every dtype)
     txt = args.out / f"equality_{args.dtype}.txt"
     def head(checked: int) -> str:
         done = "" if checked == len(names) else f" of {checked} checked so far ({len(names) - checked} not reached)"
@@ -116,6 +117,7 @@ def equality(args) -> int:
             rows.append({"decoder": name, "dtype": args.dtype, "error": f"not run: CUDA context lost ({lost})"})
             lines.append(f"{name:<24} NOT RUN (the CUDA context was lost in {lost})")
             differ += 1
+            broke += 1
             continue
         try:
             dec = _build(name, target, draft, eos, tok)
@@ -125,6 +127,7 @@ def equality(args) -> int:
             lines.append(f"{name:<24} ERROR {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             print(lines[-1], flush=True)
             differ += 1
+            broke += 1
             if "CUDA error" in str(e):  # sticky: the process cannot use the device again
                 lost = name
             continue
@@ -147,7 +150,9 @@ def equality(args) -> int:
     text = "\n".join([head(len(names)), *lines])
     txt.write_text(text + "\n")
     print(text)
-    return 1 if differ and args.dtype == "float32" else 0
+    # float32: any difference fails (the losslessness contract); bfloat16: divergent tokens are reported, but a
+    # config that raised or could not run fails the step in every dtype
+    return 1 if broke or (differ and args.dtype == "float32") else 0
 
 
 def _random_model(config: dict, dtype: torch.dtype, device: torch.device, seed: int):
