@@ -11,6 +11,7 @@ test_contention_is_measured_per_call times anything (a 50 ms loop): the rows are
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 import random
@@ -392,6 +393,29 @@ def test_an_unrecorded_machine_slower_for_every_decoder_passes_and_the_raw_sprea
     assert accepted                                    # some class's widened raw limit lets it through
     failed = [(c.cell, c.metric) for c in gate_classes.judge(baselines, slow, tol)[0] if c.failed]
     assert failed == [(name, "speedup")]
+
+
+def test_an_unrecorded_machine_catches_one_decoder_15_percent_slower_and_passes_machines_between_the_classes():
+    # A new-user pass found the per-cell "most favourable class" rule letting one decoder 1.15-1.25x slower pass
+    # on an unrecorded machine. Now: on a machine like any recorded class, any one decoder 1.15x slower fails;
+    # unchanged code on machines between (and up to twice as far as) the recorded classes passes.
+    baselines = gate_classes.load([TINY_BASELINES])
+    tol = ci_tolerances()
+    speed = [n for n, c in baselines[0].data["cells"].items() if c.get("speedup")]
+    for b in baselines:
+        for name in speed:
+            slow = _slowed(_as_machine(b.data, "Test CPU [0/0] (2 cores, avx2)"), name, 1.15)
+            failed = [(c.cell, c.metric) for c in gate_classes.judge(baselines, slow, tol)[0] if c.failed]
+            assert failed == [(name, "speedup")], (b.path.name, name)
+    for one, other in itertools.permutations(baselines, 2):
+        for t in (0.5, 1.0, 1.5, 2.0):  # log speedups at one + t x (other - one), from one's timings
+            run = _as_machine(one.data, "Test CPU [0/0] (2 cores, avx2)")
+            for name in speed:
+                run = _slowed(run, name, (one.data["cells"][name]["speedup"] /
+                                          other.data["cells"][name]["speedup"]) ** t)
+            checks = gate_classes.judge(baselines, run, tol)[0]
+            assert not [c for c in checks if c.failed], (one.path.name, other.path.name, t,
+                                                         gate_checks.format_checks(checks))
 
 
 def test_one_recorded_class_does_not_judge_speed_on_another(tmp_path, capsys):

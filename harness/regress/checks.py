@@ -9,7 +9,7 @@ cannot be judged. What each check demands and why: docs/measurement.md, "The reg
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from harness.regress.cells import SETTINGS
@@ -44,14 +44,15 @@ class CrossClass:
             after each class's common shift; :func:`harness.regress.classes.spreads`): the speed margin is widened
             by it; a cell without one is not judged (UNGATED).
         against: the baseline's machine class in words.
-        shift: this run's common shift against that class, ``ln`` of the factor all its speedups sit above (or
-            below) the class's (:func:`harness.regress.classes.common_shift`); each speedup is divided by
-            ``exp(shift)`` before it is judged. 0: none.
+        shift: per cell, this run's common shift against that class estimated from the OTHER cells, ``ln`` of the
+            factor the run's speedups sit above (or below) the class's (:func:`harness.regress.classes.
+            common_shift`); the cell's speedup is divided by ``exp(shift)`` before it is judged. A cell without
+            one: none.
     """
 
     spread: Mapping[str, float]
     against: str
-    shift: float = 0.0
+    shift: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,9 +265,11 @@ def _speed(name: str, b: dict, c: dict, tol: Tolerances, threads: tuple[Any, Any
                             f"timing noise too large, {_load_text(c)}")]
     if cross is not None:
         spread = cross.spread.get(name)
-        if cross.shift:  # the run on the class's footing: its common shift against that machine removed
-            cur *= math.exp(-cross.shift)
-            how = f"run x {math.exp(-cross.shift):.3f} (this machine's common shift against {cross.against}); {how}"
+        machine_shift = cross.shift.get(name)
+        if machine_shift:  # the run on the class's footing: its shift against that machine (other cells) removed
+            cur *= math.exp(-machine_shift)
+            how = (f"run x {math.exp(-machine_shift):.3f} (this machine's shift against {cross.against}, other "
+                   f"cells); {how}")
         if spread is None:
             why = (f"other machine class (baseline: {cross.against}) and no spread between recorded classes to "
                    f"widen the margin by: record this machine's baseline (bash benchmarks/ci_regress.sh --update)")

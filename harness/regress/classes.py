@@ -11,16 +11,18 @@ So a baseline is a folder of JSON files, one per machine class (:func:`class_of`
 names it, and the torch thread count), and a run is judged:
 
 * on a class with a baseline of its own: against that one alone, with the noise model's margin;
-* on a class without one, where two or more classes are recorded: against each recorded class the run's
-  *common shift* is removed first (:func:`common_shift`: the median over its speed cells of ``ln(run / class)``,
-  the factor by which every decoder's speedup sits higher or lower on this machine), then each cell is judged
-  against the recorded class it matches best (fewest failed checks, then fewest unjudged), the margin of its
-  speed check widened by the cell's spread between the recorded classes after their own common shifts
-  (:func:`spreads`). Measured: every decoder sits 2-5 % lower on the Xeon and 5-13 % lower on a Zen 5 EPYC than
-  on the Zen 3, mostly a common shift (what is left: at most 5 %, Ouroboros). Widening by the raw spread instead
-  let a 1.2x slowdown of one decoder pass once three classes were recorded (its speedup fell inside the
-  slowest class's). With fewer than three shared speed cells there is no shift to estimate: the run is judged
-  unshifted against the raw spread. Counters and equality are exact as always (float32), against that class;
+* on a class without one, where two or more classes are recorded: each cell against the recorded class that the
+  run's OTHER speed cells resemble most (least squares of their ``ln`` ratios once the shift is removed; the
+  cell's own value cannot choose a class that excuses it), its speedup first divided by the run's *common
+  shift* against that class estimated from the other cells (:func:`common_shift`: the median of
+  ``ln(run / class)`` over them, the factor by which every decoder's speedup sits higher or lower on this
+  machine), the margin of its speed check widened by the cell's spread between the recorded classes after their
+  own shifts (:func:`spreads`). Measured: every decoder sits 2-5 % lower on the Xeon and 5-13 % lower on a Zen 5
+  EPYC than on the Zen 3, mostly a common shift (what is left: at most ~6 %, Ouroboros). Widening by the raw
+  spread, cell by cell against its most favourable class (the rule first built), let a 1.2x slowdown of one
+  decoder pass once three classes were recorded. With fewer than three other shared speed cells there is no shift
+  to estimate: the run is judged unshifted against the raw spread. Counters and equality are exact as always
+  (float32), against that class;
 * on a class without one, where one class is recorded: counters and equality are gated, speed is not judged
   (exit 3, never a pass): one machine says nothing about how far another one's speedups may sit.
 
@@ -124,23 +126,25 @@ def _speedups(summary: dict[str, Any]) -> dict[str, float]:
             if cell.get("speedup") and cell["speedup"] > 0}
 
 
-def common_shift(current: dict[str, Any], baseline: dict[str, Any]) -> float | None:
-    """The median over the speed cells both have of ``ln(current speedup / baseline speedup)``: how far every
-    decoder's speedup sits above (> 0) or below that class's on this machine. ``None`` below
-    :data:`MIN_SHIFT_CELLS` shared cells (a median of one or two cells would absorb a regression)."""
+def common_shift(current: dict[str, Any], baseline: dict[str, Any], leave_out: str | None = None) -> float | None:
+    """The median over the speed cells both have (but ``leave_out``) of ``ln(current speedup / baseline speedup)``:
+    how far every decoder's speedup sits above (> 0) or below that class's on this machine. ``None`` below
+    :data:`MIN_SHIFT_CELLS` such cells (a median of one or two cells would absorb a regression). A cell is judged
+    with the shift of the others (``leave_out`` = the cell), so its own slowdown cannot move its footing."""
     a, b = _speedups(current), _speedups(baseline)
-    logs = [math.log(a[n] / b[n]) for n in a.keys() & b.keys()]
+    logs = [math.log(a[n] / b[n]) for n in a.keys() & b.keys() if n != leave_out]
     return statistics.median(logs) if len(logs) >= MIN_SHIFT_CELLS else None
 
 
 def spreads(baselines: Sequence[Baseline], shifted: bool = True) -> dict[str, float]:
-    """Per cell, ``ln(max / min)`` of its speedup over the recorded classes that have one, each class's speedups
-    first divided by its common shift against the first class (``shifted``; a class with too few shared cells is
-    taken as it is), or as recorded (``shifted=False``); only cells that two or more classes measured."""
+    """Per cell, ``ln(max / min)`` of its speedup over the recorded classes that have one, each class's speedup of
+    the cell first divided by that class's common shift against the first class over the other cells
+    (``shifted``; none where too few are shared), or as recorded (``shifted=False``); only cells that two or more
+    classes measured."""
     values: dict[str, list[float]] = {}
     for b in baselines:
-        shift = (common_shift(b.data, baselines[0].data) or 0.0) if shifted else 0.0
         for name, speedup in _speedups(b.data).items():
+            shift = (common_shift(b.data, baselines[0].data, leave_out=name) or 0.0) if shifted else 0.0
             values.setdefault(name, []).append(math.log(speedup) - shift)
     return {name: max(v) - min(v) for name, v in values.items() if len(v) >= 2}
 
@@ -164,24 +168,29 @@ def judge(baselines: Sequence[Baseline], current: dict[str, Any], tol: Tolerance
         return (compare(baselines[0].data, current, tol, cross), list(baselines[:1]),
                 f"machine class NOT recorded ({describe(machine)}): speed not judged against another machine; "
                 f"record this one (bash benchmarks/ci_regress.sh --update)")
+    speed = _speedups(current)
     per_class = []
     for b in baselines:
-        shift = common_shift(current, b.data)
-        cross = CrossClass(spread, describe(b.machine), shift) if shift is not None else \
-            CrossClass(raw, describe(b.machine))
-        per_class.append((b, compare(b.data, current, tol, cross)))
-    names = list(dict.fromkeys(c.cell for _, checks in per_class for c in checks))
+        shifts = {name: common_shift(current, b.data, leave_out=name) for name in speed}
+        if speed and all(v is not None for v in shifts.values()):
+            cross = CrossClass(spread, describe(b.machine), shifts)
+        else:
+            cross = CrossClass(raw, describe(b.machine))
+        per_class.append((b, shifts, compare(b.data, current, tol, cross)))
+
+    def misfit(b: Baseline, shifts: dict[str, float | None], name: str) -> float:
+        """How unlike class ``b`` the run's OTHER speed cells are, once their shift is removed (sum of squares)."""
+        theirs, shift = _speedups(b.data), shifts.get(name) or 0.0
+        return sum((math.log(speed[n] / theirs[n]) - shift) ** 2 for n in speed.keys() & theirs.keys() if n != name)
+
+    names = list(dict.fromkeys(c.cell for _, _, checks in per_class for c in checks))
     out: list[Check] = []
     used: dict[Path, Baseline] = {}
-    for name in names:
-        ranked = []
-        for i, (b, checks) in enumerate(per_class):
-            mine = [c for c in checks if c.cell == name]
-            ranked.append((sum(c.failed for c in mine), sum(c.unjudged for c in mine), i, b, mine))
-        *_, b, mine = min(ranked, key=lambda r: r[:3])
+    for name in names:  # each cell against the class the other cells resemble most: its own value cannot choose
+        i, (b, _, checks) = min(enumerate(per_class), key=lambda x: (misfit(x[1][0], x[1][1], name), x[0]))
         used[b.path] = b
-        out += mine
+        out += [c for c in checks if c.cell == name]
     return out, list(used.values()), (
-        f"machine class NOT recorded ({describe(machine)}): each cell judged against the recorded class it "
-        f"matches best ({recorded}), the run's common shift against that class removed, speed margins widened "
-        f"by the cell's spread between those classes")
+        f"machine class NOT recorded ({describe(machine)}): each cell judged against the recorded class the run's "
+        f"other cells resemble most ({recorded}), its speedup divided by the run's shift against that class over "
+        f"the other cells, speed margins widened by the cell's spread between the recorded classes")
