@@ -133,3 +133,5 @@ def test_suffix_index_refuses_a_shrinking_context_and_bad_sizes():
         index.candidates([1, 2, 3, 1, 2, 3], 2, max_ngram_size=4)  # beyond what the index keeps
     with pytest.raises(ValueError):
         SuffixIndex(0)
+    import torch  # a tensor's elements hash by identity: the index reads them as ints
+    assert SuffixIndex(3).candidates(torch.tensor([1, 2, 3, 1, 2]), 2) == [3, 1]

@@ -222,7 +222,8 @@ class SuffixIndex:
     most recent occurrence that is not the context's own suffix (a window ending before the last token). Each
     call indexes only the tokens added since the last one, so a step costs O(new tokens x max_ngram_size) plus the
     copy, where the function scans the whole context (~0.1 ms at 500 tokens, ~0.5 ms at 8,000). The context may
-    only grow between calls (a decode's context: prompt, then committed tokens).
+    only grow between calls (a decode's context: prompt, then committed tokens): a shorter one is refused, an
+    edited one of the same length is not detected (the index keeps what it read). Ids come back as ``int``.
 
     Example:
         >>> index = SuffixIndex(max_ngram_size=3)
@@ -259,7 +260,7 @@ class SuffixIndex:
         if length < len(self._tokens):
             raise ValueError(f"the context shrank from {len(self._tokens)} to {length} tokens: an index follows one "
                              "growing context")
-        self._tokens.extend(tokens[len(self._tokens):])
+        self._tokens.extend(int(t) for t in tokens[len(self._tokens):])  # ids as ints (a tensor's hash by identity)
         seq = self._tokens
         for end in range(self._ends, length - 1):  # windows that end before the last token
             for n in range(1, min(self.max_ngram_size, end + 1) + 1):
