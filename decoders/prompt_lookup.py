@@ -27,7 +27,7 @@ import torch
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
-from decoders.common.ngram_pool import SuffixIndex, find_prompt_lookup_candidates
+from decoders.common.ngram_pool import SuffixIndex
 from decoders.common.stopping import truncate_at_stop
 from decoders.types import StepRecord
 from decoders.settings import PromptLookupSettings
@@ -68,19 +68,14 @@ class PromptLookupDecoder(DraftingDecoder, settings=PromptLookupSettings, uses_d
     def proposer(self) -> "_ContextCopy":
         return _ContextCopy(self)
 
-    def propose(self, context: list[int], remaining: int, index: SuffixIndex | None = None) -> list[int]:
+    def propose(self, context: list[int], remaining: int, index: SuffixIndex) -> list[int]:
         """The draft copied from ``context`` (``context[-1]`` pending): at most ``num_draft_tokens``, at most
         ``remaining - 1``, within the position limit, cut just after an EOS id; empty when nothing matches.
-        ``index``: the sample's :class:`~decoders.common.ngram_pool.SuffixIndex` (the same draft, found without
-        scanning the context); without one the context is scanned."""
+        ``index``: the sample's :class:`~decoders.common.ngram_pool.SuffixIndex` (the match of
+        :func:`~decoders.common.ngram_pool.find_prompt_lookup_candidates`, found without scanning the context)."""
         max_depth = max_depth_after(self.target_model, len(context) - 1)  # the pending token is not cached yet
         gamma = max(0, min(self.num_draft_tokens, remaining - 1, max_depth))
-        if not gamma:
-            draft = []
-        elif index is not None:
-            draft = index.candidates(context, gamma, self.min_ngram_size)
-        else:
-            draft = find_prompt_lookup_candidates(context, self.max_ngram_size, gamma, self.min_ngram_size)
+        draft = index.candidates(context, gamma, self.min_ngram_size) if gamma else []
         return truncate_at_stop(draft, self.eos_token_ids, len(draft))
 
 
