@@ -4,8 +4,8 @@
 #   bash benchmarks/gpu_check.sh --fetch-wheels .gpu_wheels     # on a machine WITH network (once): the wheels the
 #                                                               # project needs beyond torch (gpu_requirements.txt),
 #                                                               # for CPython 3.12 on x86_64 Linux, ~42 MB
-#   bash benchmarks/gpu_check.sh --wheels .gpu_wheels [OUT]     # on the GPU machine: ~6 min expected on one H200
-#                                                               # (not yet run in one piece there), 10 at most
+#   bash benchmarks/gpu_check.sh --wheels .gpu_wheels [OUT]     # on the GPU machine: 5.3 min measured on one H200
+#                                                               # (results/reference/gpu_h200), 10 at most
 #   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes and 3 of
 #                                                               # the 12 equality prompts (CI, about 1 min)
 #
@@ -131,9 +131,8 @@ step() {  # step NAME LIMIT_S CMD...: run with a time limit, keep its output, re
 }
 
 # Time limits (s): 30 + 60 + 120 + 120 + 150 + 75 = 555, with the wheel install (~30 s) under 10 minutes (a GPU
-# machine lent for one 10-minute command). Measured on one H200 (results/reference/gpu_h200): env 8, tests 26,
-# float32 equality 48, bfloat16 equality ~9 per config on 12 prompts (4 here: ~90), host overhead 57; timing's
-# warm-ups 17 (the timed part not yet seen to the end): about 6 minutes expected, not yet run in one piece there.
+# machine lent for one 10-minute command). Measured on one H200 in one call (results/reference/gpu_h200/third_call):
+# env 5, tests 19, float32 equality 50, bfloat16 equality 69, timing 102, host overhead 37; 318 s with the install.
 step env 30 "$PYTHON" benchmarks/gpu_check.py env --out "$OUT" --device $DEV
 step cuda_tests 60 "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts=-ra -m gpu tests/test_sampling.py  # no xdist
 step equality_float32 120 "$PYTHON" benchmarks/gpu_check.py equality --out "$OUT" --device $DEV --dtype float32 "${EQ[@]}"

@@ -303,7 +303,7 @@ def fit(text: pd.DataFrame) -> tuple[str, str, bool]:
 
 
 def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: str = "") -> str:
-    """A booktabs table of a formatted table, written by pandas' ``Styler.to_latex`` (``hrules=True``):
+    r"""A booktabs table of a formatted table, written by pandas' ``Styler.to_latex`` (``hrules=True``):
     index columns left-aligned, value columns right-aligned, cells, headers and ``caption`` LaTeX-escaped;
     ``caption_tex``: a caption written in LaTeX already (math), used as it is instead. Set in a ``table`` where it
     fits a column, else a ``table*`` in the largest font that fits the page (:func:`fit`); a table too wide even in
