@@ -59,6 +59,13 @@ DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
                   when=("cost_aware",)),
         Statistic("copy_step_rate", "float", "share", "OPT-Tree hybrid: share of steps that used a context copy",
                   when=("copy_tokens",)),
+        Statistic("guess_fed_per_step", "float", "count", "OPT-Tree guessed chains: guessed tokens fed to the draft "
+                  "per step", when=("guess_tokens",)),
+        Statistic("guess_kept_per_step", "float", "count", "OPT-Tree guessed chains: guessed tokens the draft "
+                  "ranked among its top num_nodes (tree levels grown without a forward of their own) per step",
+                  when=("guess_tokens",)),
+        Statistic("guess_verified_per_step", "float", "count", "OPT-Tree guessed chains: guessed nodes in the "
+                  "verified tree per step", when=("guess_tokens",)),
     ),
     "FixedTreeDecoder": (
         Statistic("tree_levels", "str", "", "fixed trees: the shape's nodes per depth, e.g. 4+8+8+3+2"),

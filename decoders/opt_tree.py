@@ -39,6 +39,15 @@ Beyond the paper (each off by default):
   tree); otherwise the draft's tree is grown within the budget the copy leaves (``num_nodes - len(copy)`` nodes)
   and merged with it (a draft node equal to a copy node is the same node). ``num_nodes`` bounds every step's
   verified tree, copy included.
+* ``guess_tokens`` (*guessed chains*: several levels per draft forward): with each layer's frontier the draft is
+  also fed a chain of up to ``guess_tokens`` tokens under the best frontier node: what followed the most recent
+  earlier occurrence of the last n-gram of the context + that node's path (the copy's match). The forward gives
+  each guessed token's distribution at once; a guessed token that is among its parent's top ``num_nodes`` children
+  becomes that candidate (the same value the layer-by-layer tree would give it), already expanded, so its children
+  join the candidates in the same forward; the chain stops at the first token the draft does not rank there (fed,
+  never a candidate). Where the context repeats, one forward grows the tree several levels: a depth-``D`` tree in
+  fewer than ``D`` sequential draft forwards, at the cost of feeding the guessed tokens (cheap where a
+  multi-token forward costs about one token's: a GPU, a CPU with bf16 units).
 """
 
 from __future__ import annotations
@@ -59,6 +68,8 @@ from decoders.settings import OptTreeSettings
 
 #: Longest suffix n-gram the hybrid tree looks up in the context (prompt lookup's ``max_ngram_size``).
 COPY_NGRAM = 3
+#: Draft keys of guessed nodes before they become candidates (above any candidate index of a step).
+GUESS_KEY = 1 << 40
 
 
 class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True):
@@ -69,7 +80,8 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
     ``accepted`` = accepted nodes kept, ``draft_forwards`` = tree layers grown (the first also catches the draft up
     on the tokens the target accepted, so the draft's prompt prefill is charged to the first step),
     ``source = {"draft": a, "bonus": 0 or 1}`` (plus ``"copy"`` with ``copy_tokens``). ``extra`` holds the mean
-    tree depth and size, the draft forwards and accepted tokens per step, and the cost points when cost-aware.
+    tree depth and size, the draft forwards and accepted tokens per step, the cost points when cost-aware, and
+    with ``guess_tokens`` the guessed tokens fed, kept as candidates and verified per step.
 
     Args:
         target_model: the model whose greedy output (or sampling distribution) is reproduced.
@@ -85,6 +97,8 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
         draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found.
         copy_min_match: with ``copy_tokens``, ``1 <= m <= 3``: copy only when the context's last ``n >= m`` tokens
             occurred earlier (``n`` = 3 tried first).
+        guess_tokens: ``>= 0``; 0 = off. Otherwise each draft forward also feeds up to this many guessed tokens
+            (a copy from the context) under the best frontier node, kept as far as the draft ranks them.
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (applied to the draft's values too).
 
@@ -120,6 +134,8 @@ class _TreeGrower:
         self.chosen: list[int] = []      # draft node (verified order) -> candidate index
         self.node_of: list[int] = []     # draft node -> index in the verified tree (copy nodes merged)
         self._last_nodes: list[tuple[int, int, float, int]] = []  # draft nodes: token, parent, value, depth
+        self._guessed: set[int] = set()  # candidates fed within a guessed chain this step (expanded already)
+        self._guess_fed = 0  # guessed tokens fed this step
 
     def start(self, prompt: list[int]) -> None:
         self.draft.start(prompt)
@@ -134,7 +150,10 @@ class _TreeGrower:
         if d.copy_tokens and room:
             length = min(d.copy_tokens, room, d.num_nodes)  # the copy is verified within the node budget
             copy = truncate_at_stop(self.copier.candidates(context, length, d.copy_min_match), d.eos_token_ids, length)
+        if d.guess_tokens:
+            self.copier.candidates(context, 0)  # index the context for the guessed chains (incremental)
         self.budget = d.num_nodes - len(copy)  # draft nodes this step: the budget the copy leaves
+        self._guessed, self._guess_fed = set(), 0
         nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
         forwards = fed_tokens = 0
         if depth_limit and self.draft.draftable and self.budget and (not copy or d.draft_on_copy):
@@ -142,11 +161,13 @@ class _TreeGrower:
         tokens, parents, origins = self._merge(copy, nodes)
         labels = ("draft", "copy") if d.copy_tokens else ("draft",)
         depth = max((self._depths(parents) or [0])) + (1 if parents else 0)
+        stats = {"tree_depth": depth, "copy_steps": bool(copy), "tree_nodes": len(tokens)}
+        if d.guess_tokens:
+            stats.update(guess_fed=self._guess_fed, guess_kept=len(self._guessed),
+                         guess_verified=sum(1 for i in self.chosen if i in self._guessed) if nodes else 0)
         return DraftTree(tokens=tokens, parents=parents,
                          counts=DraftCounts(origins=origins, labels=labels, draft_forwards=forwards,
-                                            draft_tokens_fed=fed_tokens, stats={"tree_depth": depth,
-                                                                                "copy_steps": bool(copy),
-                                                                                "tree_nodes": len(tokens)}))
+                                            draft_tokens_fed=fed_tokens, stats=stats))
 
     @staticmethod
     def _depths(parents: Sequence[int]) -> list[int]:
@@ -167,30 +188,36 @@ class _TreeGrower:
         gain_ref = sum(cand[i][2] for i in best)
         spent = d.cost.draft_time(fed_tokens) if d.cost_aware else 0.0  # expected draft seconds so far
         rate = self._rate(cand, best, spent)
-        frontier = self._frontier(cand, best, 0, spent)
-        for layer in range(1, depth_limit):
-            if not frontier:
-                break
-            # One draft forward over the frontier, tree attention over every node fed this step.
-            probs = self.draft.layer(frontier, [cand[i][0] for i in frontier], [cand[i][1] for i in frontier])
+        frontier = self._frontier(cand, best, 0, spent, depth_limit)
+        while frontier:  # each forward deepens the frontier by >= 1 level, so at most depth_limit - 1 of them
+            guess = self._guess(context, cand, frontier[0], depth_limit) if d.guess_tokens else []
+            first_new = len(cand)
+            # One draft forward over the frontier (and a guessed chain under its best node), tree attention over
+            # every node fed this step.
+            guess_keys = [GUESS_KEY + first_new + j for j in range(len(guess))]  # renamed once they are candidates
+            probs = self.draft.layer([*frontier, *guess_keys], [*(cand[i][0] for i in frontier), *guess],
+                                     [*(cand[i][1] for i in frontier), *[frontier[0], *guess_keys][: len(guess)]])
             forwards += 1
-            fed_tokens += len(frontier)
+            fed_tokens += len(frontier) + len(guess)
+            self._guess_fed += len(guess)
             k = min(n, probs.shape[-1])
             top_p, top_i = probs.topk(k, dim=-1)
-            parent_values = torch.tensor([cand[i][2] for i in frontier], dtype=top_p.dtype, device=top_p.device)
-            values = (top_p * parent_values[:, None]).flatten()
-            # Only the best n of the new layer can matter (the paper's frontier); keep those.
-            top = values.topk(min(n, values.numel()))
-            keep = top.indices.tolist()
-            first_new = len(cand)
-            for j, token, value in zip(keep, top_i.flatten()[top.indices].tolist(), top.values.tolist()):
-                cand.append((token, frontier[j // k], value, layer))
+            if guess:
+                self._add_layer_with_guess(cand, frontier, guess, guess_keys, top_p, top_i)
+            else:
+                parent_values = torch.tensor([cand[i][2] for i in frontier], dtype=top_p.dtype, device=top_p.device)
+                values = (top_p * parent_values[:, None]).flatten()
+                # Only the best n of the new layer can matter (the paper's frontier); keep those.
+                top = values.topk(min(n, values.numel()))
+                for j, token, value in zip(top.indices.tolist(), top_i.flatten()[top.indices].tolist(),
+                                           top.values.tolist()):
+                    cand.append((token, frontier[j // k], value, cand[frontier[j // k]][3] + 1))
             # The top n of all candidates is the top n of the previous top n and the new layer: values never
             # change, so a candidate outside the top n has n better ones for good.
             new_best = self._select(cand, [*best, *range(first_new, len(cand))])
             gain = sum(cand[i][2] for i in new_best) - gain_ref
             if d.cost_aware:
-                spent += d.cost.draft_time(len(frontier))
+                spent += d.cost.draft_time(len(frontier) + len(guess))
                 new_rate = self._rate(cand, new_best, spent)
                 if new_rate <= rate:
                     del cand[first_new:]
@@ -201,7 +228,7 @@ class _TreeGrower:
                 gain_ref += gain
                 break
             best, gain_ref = new_best, gain_ref + gain
-            frontier = self._frontier(cand, best, first_new, spent)
+            frontier = self._frontier(cand, best, first_new, spent, depth_limit)
         if d.cost_aware:  # `best` is the top n of `cand` on every way out of the loop
             best = best[: self._best_size(cand, best, spent)]
         chosen = sorted(best, key=lambda i: (cand[i][3], -cand[i][2]))
@@ -211,14 +238,68 @@ class _TreeGrower:
                             for i in chosen]
         return self._last_nodes, forwards, fed_tokens
 
-    def _frontier(self, cand: list[tuple[int, int, float, int]], best: list[int], first: int, spent: float
-                  ) -> list[int]:
-        """The nodes to expand next: the newest layer's nodes (index ``>= first``) among the selected ones, never an
-        EOS node. Selected = the top ``num_nodes``; cost-aware: the top ``m`` only, ``m`` the size that maximises
-        the expected tokens per second, so the draft is not run over nodes the step would not verify."""
+    def _guess(self, context: list[int], cand: list[tuple[int, int, float, int]], node: int, depth_limit: int
+               ) -> list[int]:
+        """The chain fed under ``node`` with the frontier (``guess_tokens``): what followed the most recent earlier
+        occurrence of the last n-gram of ``context`` + ``node``'s path, cut before an EOS and so that every fed
+        node's children stay within ``depth_limit`` levels."""
+        path: list[int] = []
+        i = node
+        while i >= 0:
+            path.append(cand[i][0])
+            i = cand[i][1]
+        tail = [*context[-COPY_NGRAM:], *reversed(path)]
+        room = min(self.decoder.guess_tokens, depth_limit - 2 - cand[node][3])
+        guess = self.copier.continuation(tail, room) if room > 0 else []
+        eos = [j for j, t in enumerate(guess) if t in self.decoder.eos_token_ids]
+        return guess[: eos[0]] if eos else guess  # an EOS node is never expanded, so never fed
+
+    def _add_layer_with_guess(self, cand: list[tuple[int, int, float, int]], frontier: list[int], guess: list[int],
+                              guess_keys: list[int], top_p: torch.Tensor, top_i: torch.Tensor) -> None:
+        """Add a forward's new candidates when a guessed chain was fed under ``frontier[0]``: the frontier's
+        children (rows ``0 .. F-1`` of ``top_p`` / ``top_i``, each ``(F + G, k)``) and, for each guessed token that
+        is among its parent's top ``k`` children, that child's own children (row ``F + j``: the guessed node is
+        expanded already); the chain stops at the first guess the draft does not rank there. Of all these, the best
+        ``num_nodes`` by value are kept, as for a plain layer (a child never outranks its parent, so the kept ones
+        form a tree; ties to a parent dropped)."""
+        f, k, n = len(frontier), top_i.shape[-1], self.budget
+        parent_value = [cand[i][2] for i in frontier] + [-1.0] * len(guess)  # -1: a row whose guess was not ranked
+        parent_rows = [0, *range(f, f + len(guess) - 1)]  # the row ranking each guessed token
+        ranked_i, ranked_p = top_i[parent_rows].tolist(), top_p[parent_rows].tolist()
+        at: dict[int, int] = {}  # flat index (row * k + rank) of a ranked guess -> its guess position
+        for j, token in enumerate(guess):
+            if token not in ranked_i[j]:
+                break
+            rank = ranked_i[j].index(token)
+            parent_value[f + j] = (parent_value[0] if j == 0 else parent_value[f + j - 1]) * ranked_p[j][rank]
+            at[parent_rows[j] * k + rank] = j
+        values = (top_p * torch.tensor(parent_value, dtype=top_p.dtype, device=top_p.device)[:, None]).flatten()
+        top = values.topk(min(n, values.numel()))
+        kept = sorted((flat, value) for flat, value in zip(top.indices.tolist(), top.values.tolist()) if value >= 0)
+        tokens = top_i.flatten()[[flat for flat, _ in kept]].tolist() if kept else []
+        row_node = list(frontier) + [-1] * len(guess)  # row -> the candidate it expands (-1: not a candidate)
+        for (flat, value), token in zip(kept, tokens):  # ascending flat index: a parent's row precedes its children
+            parent = row_node[flat // k]
+            if parent < 0:  # the guessed parent itself was not kept (a tie): its children go too
+                continue
+            cand.append((token, parent, value, cand[parent][3] + 1))
+            if flat in at:  # a guessed node: fed already, its row gives its children
+                j = at[flat]
+                row_node[f + j] = len(cand) - 1
+                self.draft.rename(guess_keys[j], len(cand) - 1)
+                self._guessed.add(len(cand) - 1)
+
+    def _frontier(self, cand: list[tuple[int, int, float, int]], best: list[int], first: int, spent: float,
+                  depth_limit: int) -> list[int]:
+        """The nodes to expand next: the newest forward's nodes (index ``>= first``) among the selected ones that
+        were not fed already (a guessed chain's), never an EOS node, none whose children would exceed
+        ``depth_limit`` levels. Selected = the top ``num_nodes``; cost-aware: the top ``m`` only, ``m`` the size
+        that maximises the expected tokens per second, so the draft is not run over nodes the step would not
+        verify. In value order (the first is the best)."""
         if self.decoder.cost_aware:
             best = best[: self._best_size(cand, best, spent)]
-        return [i for i in best if i >= first and cand[i][0] not in self.decoder.eos_token_ids]
+        return [i for i in best if i >= first and i not in self._guessed and cand[i][3] <= depth_limit - 2
+                and cand[i][0] not in self.decoder.eos_token_ids]
 
     def _select(self, cand: list[tuple[int, int, float, int]], among: Sequence[int] | None = None) -> list[int]:
         """Indices of the top ``budget`` candidates (of ``among``, default all) by value (ties: shallower first,
@@ -283,6 +364,10 @@ class _TreeGrower:
         if d.cost_aware:
             out["cost_aware"] = True
             out["cost_points"] = d.cost.describe() if d.cost else ""
+        if d.guess_tokens:
+            out.update(guess_tokens=d.guess_tokens,
+                       **{f"{key}_per_step": stats.get(key, 0) / n if n else 0.0
+                          for key in ("guess_fed", "guess_kept", "guess_verified")})
         if d.copy_tokens:
             out.update(copy_tokens=d.copy_tokens, draft_on_copy=d.draft_on_copy, copy_min_match=d.copy_min_match,
                        copy_step_rate=stats.get("copy_steps", 0) / n if n else 0.0)

@@ -114,6 +114,9 @@ class OptTreeSettings:
     draft_on_copy: bool = setting(True, None, "hybrid tree: also grow the draft's tree when a copy is found")
     copy_min_match: int = setting(1, between(1, 3), "hybrid tree: copy only where the context's last n tokens "
                                                     "recur, n >= this (1-3; the longest is tried first)")
+    guess_tokens: int = setting(0, at_least(0), "draft several levels per draft forward: up to this many tokens "
+                                                "copied from the context fed under the best frontier node; the "
+                                                "part the draft ranks in its top num_nodes joins the tree (0: off)")
 
 
 #: EAGLE-1's default draft tree: ``mc_sim_7b_63`` in SafeAILab/EAGLE ``eagle/model/choices.py`` (25 nodes over 5

@@ -44,6 +44,8 @@ FACTORIES = {
     "opt_tree": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, eos_token_ids=e),
     "opt_tree_hybrid": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, copy_tokens=6,
                                                       eos_token_ids=e),
+    "opt_tree_guess": lambda t, d, e: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5, guess_tokens=3,
+                                                     eos_token_ids=e),
     "fixed_tree": lambda t, d, e: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
                                                    eos_token_ids=e),
 }
@@ -84,7 +86,7 @@ def test_counters_add_up_to_kept_tokens_with_eos_inside_drafts(name, target, pro
             mid_draft_eos += res.token_ids[-1] in eos and last.emitted > 1 and last.emitted == last.accepted
     # The EOS really arrived inside an accepted draft. Not for opt_tree: on these flat tiny models its best tree
     # is one layer wide (tests/test_opt_tree.py checks a mid-tree EOS with confident models).
-    if name not in ("vanilla", "hf_assisted", "opt_tree"):
+    if name not in ("vanilla", "hf_assisted", "opt_tree", "opt_tree_guess"):
         assert mid_draft_eos > 0
 
 
@@ -145,7 +147,7 @@ def wide_target(tokenizer, prompt_ids):
 
 
 @pytest.mark.parametrize("name", ["speculative", "ouroboros", "ouroboros_options", "opt_tree", "opt_tree_hybrid",
-                                  "fixed_tree"])
+                                  "opt_tree_guess", "fixed_tree"])
 def test_target_id_the_draft_cannot_embed(name, wide_target, target, prompt_ids):
     """The target emits id 290 >= the draft's 260-ish embeddings: no IndexError; drafting stops, output exact."""
     draft = target  # the narrow model drafts

@@ -135,3 +135,35 @@ def test_suffix_index_refuses_a_shrinking_context_and_bad_sizes():
         SuffixIndex(0)
     import torch  # a tensor's elements hash by identity: the index reads them as ints
     assert SuffixIndex(3).candidates(torch.tensor([1, 2, 3, 1, 2]), 2) == [3, 1]
+
+
+def _continuation_reference(context, tail, k, max_n, min_n):
+    """What followed the most recent occurrence in ``context`` (a window ending before its last token) of the
+    longest suffix of ``tail``: the brute-force definition of SuffixIndex.continuation."""
+    for n in range(min(max_n, len(tail)), min_n - 1, -1):
+        key = list(tail[len(tail) - n:])
+        for start in range(len(context) - n - 1, -1, -1):
+            if context[start: start + n] == key:
+                return context[start + n: start + n + k]
+    return []
+
+
+def test_suffix_index_continuation_is_the_match_of_a_tail_outside_the_context():
+    """continuation(tail) looks a tail that is not part of the context (a draft's path after it) up in what was
+    indexed, without indexing it: randomized against the brute-force definition, and the index is unchanged."""
+    rng = random.Random(1)
+    for _ in range(300):
+        vocab, max_n = rng.choice([2, 3, 5, 50]), rng.randint(1, 4)
+        index = SuffixIndex(max_n)
+        context = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+        index.candidates(context, 0)
+        for _ in range(5):
+            tail = [rng.randrange(vocab) for _ in range(rng.randint(1, 5))]
+            k, low = rng.randint(0, 8), rng.randint(1, max_n)
+            assert index.continuation(tail, k, low) == _continuation_reference(context, tail, k, max_n, low)
+        assert index.candidates(context, 3) == find_prompt_lookup_candidates(context, max_n, 3)
+    index = SuffixIndex(3)
+    index.candidates([1, 2, 3, 4, 9, 2, 3, 5, 8], 0)
+    assert index.continuation([7, 2, 3], 2) == [5, 8]   # the most recent [2, 3]
+    assert index.continuation([6, 3, 4], 4) == [9, 2, 3, 5]
+    assert index.continuation([7, 7], 3) == []

@@ -30,6 +30,9 @@ CONFIGS = {
     "hybrid_one_node": dict(num_nodes=1, copy_tokens=20, draft_on_copy=True),
     "hybrid_small_skip": dict(num_nodes=3, copy_tokens=20, draft_on_copy=False),
     "hybrid_match3_skip": dict(num_nodes=16, copy_tokens=10, draft_on_copy=False, copy_min_match=3),
+    "guess": dict(num_nodes=16, threshold=0.0, max_depth=10, guess_tokens=6),
+    "guess_small": dict(num_nodes=3, threshold=0.0, max_depth=4, guess_tokens=8),
+    "guess_hybrid": dict(num_nodes=16, copy_tokens=10, draft_on_copy=True, guess_tokens=4),
 }
 
 
@@ -81,10 +84,12 @@ def test_mid_tree_eos_is_kept_and_counted(confident, prompt_ids):
     assert seen > 0
 
 
-@pytest.mark.parametrize("copy_tokens", [0, 10])
-def test_draft_kv_of_the_accepted_path_is_kept_not_recomputed(copy_tokens, confident, prompt_ids, eos_ids):
+@pytest.mark.parametrize("copy_tokens,guess_tokens", [(0, 0), (10, 0), (0, 6), (10, 4)])
+def test_draft_kv_of_the_accepted_path_is_kept_not_recomputed(copy_tokens, guess_tokens, confident, prompt_ids,
+                                                               eos_ids):
     t, d = confident
-    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=copy_tokens, eos_token_ids=eos_ids)
+    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=copy_tokens, guess_tokens=guess_tokens,
+                             eos_token_ids=eos_ids)
     assert_tree_draft_keeps_the_accepted_kv(decoder, prompt_ids[:4], MAX_NEW)
 
 
@@ -139,6 +144,68 @@ def test_copy_min_match_copies_only_where_a_longer_suffix_recurs(confident, prom
     assert all(x["copy_min_match"] == 3 for x in rates) and max(x["copy_step_rate"] for x in rates) > 0
 
 
+def test_guessed_chains_grow_several_levels_per_draft_forward(confident, prompt_ids, eos_ids):
+    """guess_tokens feeds a chain copied from the context under the best frontier node: on prompts that repeat,
+    guessed nodes join the trees and the target verifies them, the same trees take fewer draft forwards per step
+    than layer by layer, and the output is vanilla's."""
+    t, d = confident
+    forwards, depth, kept = {}, {}, 0.0
+    for guess in (0, 6):
+        decoder = OptTreeDecoder(t, d, num_nodes=16, threshold=0.0, max_depth=10, guess_tokens=guess,
+                                 eos_token_ids=eos_ids)
+        f = s = 0
+        depths = []
+        for i in (2, 3, 8, 11):  # repetitive prompts
+            res = decoder.generate(prompt_ids[i], 48)
+            f += sum(step.draft_forwards for step in res.steps[1:])
+            s += len(res.steps) - 1
+            depths.append(res.extra["tree_depth_per_step"])
+            if guess:
+                kept += res.extra["guess_verified_per_step"]
+                assert res.extra["guess_fed_per_step"] >= res.extra["guess_kept_per_step"]
+        forwards[guess], depth[guess] = f / s, sum(depths) / len(depths)
+    assert kept > 0
+    assert forwards[6] < 0.9 * forwards[0], forwards
+    assert depth[6] >= 0.9 * depth[0], depth
+
+
+def test_a_guessed_chain_is_kept_up_to_the_first_token_the_draft_does_not_rank(confident, prompt_ids, eos_ids):
+    """Guessing the draft's own best path under the best first-level node grows a tree as deep, of at least the
+    same expected accept length, in fewer draft forwards, every guessed node kept; a guess whose first token is not
+    among the draft's choices there is fed, none of it kept, and the tree is the plain one, layer by layer."""
+    t, d = confident
+    ids = prompt_ids[1][0].tolist()
+
+    def grow(guess_tokens, chain=None):
+        decoder = OptTreeDecoder(t, d, num_nodes=8, threshold=0.0, max_depth=6, guess_tokens=guess_tokens,
+                                 eos_token_ids=eos_ids)
+        grower = decoder.proposer()
+        grower.start(ids)
+        if chain is not None:
+            grower._guess = lambda *args: list(chain)
+        tree = grower.propose(ids, 32, None)
+        return tree, sum(value for _, _, value, _ in grower._last_nodes)
+
+    plain, value = grow(0)
+    assert plain.counts.draft_forwards == 6 and plain.counts.stats["tree_depth"] == 6  # layer by layer
+    path, node = [], 0  # the best path under the best first-level node (node 0)
+    while True:
+        children = [j for j, p in enumerate(plain.parents) if p == node]
+        if not children:
+            break
+        node = children[0]  # children come in value order
+        path.append(plain.tokens[node])
+    assert len(path) >= 3
+    right, right_value = grow(4, path[:4])
+    assert right.counts.stats["guess_kept"] == min(4, len(path)) and right.counts.draft_forwards < 6
+    assert right_value >= value - 1e-6 and right.counts.stats["tree_depth"] == 6
+    not_ranked = next(tok for tok in range(d.config.vocab_size)
+                      if tok not in [plain.tokens[j] for j, p in enumerate(plain.parents) if p == 0])
+    wrong, wrong_value = grow(4, [not_ranked, *path[1:4]])
+    assert wrong.counts.stats["guess_fed"] >= 4 and wrong.counts.stats["guess_kept"] == 0
+    assert wrong.tokens == plain.tokens and wrong.parents == plain.parents and wrong.counts.draft_forwards == 6
+
+
 def test_hybrid_skip_runs_no_draft_forward_on_copy_steps(confident, prompt_ids, eos_ids):
     t, d = confident
     decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, draft_on_copy=False, eos_token_ids=eos_ids)
@@ -177,6 +244,7 @@ def test_the_node_budget_bounds_every_verified_tree_copy_included(num_nodes, dra
     (dict(cost_aware=-1), "cost_aware=-1: must be true or false"), (dict(draft_on_copy=1), "draft_on_copy"),
     (dict(threshold=1.5), r"threshold=1.5: must be a number in \[0.0, 1.0\]"),
     (dict(copy_min_match=4), "copy_min_match=4"), (dict(copy_min_match=0), "copy_min_match=0"),
+    (dict(guess_tokens=-1), "guess_tokens=-1"),
 ])
 def test_bad_settings_refused(kwargs, match, target, noisy_draft):
     with pytest.raises(ValueError, match=match):

@@ -8,7 +8,9 @@ pair of neighbouring positions, chi-square, Bonferroni-combined, false-alarm rat
 :mod:`sampling_stats`). Each decoder configuration draws its own seeds (:func:`sampling_stats.seed_base`); the
 seeds are fixed, so the outcome is deterministic. With ``gamma = 2`` the first step after the prefill's token
 drafts 2 tokens, so the 4th token is the bonus token after a fully accepted draft (checked to happen, with
-rejections, for the decoders whose step records show it).
+rejections, for the decoders whose step records show it). OPT-Tree with guessed chains decodes 3 tokens further and
+is cut back to its first ``MAX_NEW`` (the same exact distribution), so its first trees are deep enough for guesses
+(checked to join them).
 
 Each test is shown to fail on deliberately wrong variants: the wrong rules of :mod:`sampling_stats` swapped in
 for every sampling verification entry point (:func:`sampling_stats.swap_rule`) -- a target-argmax child always
@@ -81,9 +83,14 @@ TREE_DECODERS = {
                                                          eos_token_ids=EOS, sampling=s)),
     "opt_tree/hybrid": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
                                                                 copy_tokens=3, eos_token_ids=EOS, sampling=s)),
+    "opt_tree/guess": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=4,
+                                                               guess_tokens=2, eos_token_ids=EOS, sampling=s)),
     "fixed_tree": ("close", lambda t, d, s: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [1, 0]],
                                                              eos_token_ids=EOS, sampling=s)),
 }
+#: Configurations decoded this many tokens past ``MAX_NEW`` and cut back to their first ``MAX_NEW`` (which have the
+#: same exact distribution): guessed chains need trees deeper than the last tokens' room allows.
+HORIZON = {"opt_tree/guess": 3}
 #: Tree decoders whose every wrong rule is rejected (the others share their verification and are shown to catch
 #: its subtlest mistake).
 FULLY_CHECKED_TREES = ("opt_tree", "opt_tree/hybrid")
@@ -141,11 +148,12 @@ def _run(name, decoder, prompt, exact, runs):
     stats = collections.Counter()
 
     def generate(g):
-        result = decoder.generate(ids, MAX_NEW, generator=g)
+        result = decoder.generate(ids, MAX_NEW + HORIZON.get(name, 0), generator=g)
         for s in result.steps[1:]:
             stats.update(drafted=s.drafted, accepted=s.accepted,
                          full_then_bonus=s.drafted > 0 and s.accepted == s.drafted and s.emitted > s.accepted)
-        return result.token_ids
+        stats.update(guessed=result.extra.get("guess_kept_per_step", 0) > 0)
+        return result.token_ids[:MAX_NEW]
 
     counts = sample_counts(generate, runs, seed=seed_base(f"sampling/{name}"))
     return distribution_pvalue(counts, exact), stats
@@ -158,6 +166,8 @@ def test_output_distribution_is_the_targets(name, target, drafts, prompt, exact)
         assert 0 < stats["accepted"] < stats["drafted"], stats  # the rule ran: drafts accepted and rejected
     if name in LINEAR_DRAFTS:
         assert stats["full_then_bonus"] > 0, stats  # the bonus token after a whole draft is among the tokens tested
+    if "guess" in name:
+        assert stats["guessed"] > 0, stats  # guessed chains joined the trees the rule verified
     assert p > ALPHA
 
 

@@ -277,3 +277,15 @@ class SuffixIndex:
                     draft.append(seq[i] if i < length else draft[i - length])
                 return draft
         return []
+
+    def continuation(self, tail: Sequence[int], num_tokens: int, min_ngram_size: int = 1) -> list[int]:
+        """What followed the context indexed so far where it held the longest suffix of ``tail`` (``n`` from
+        ``max_ngram_size`` down to ``min_ngram_size`` tokens): up to ``num_tokens`` ids after that occurrence,
+        within the indexed context (shorter near its end); ``[]`` when no suffix of those sizes occurred. ``tail``
+        need not be part of the context (e.g. the context's last tokens followed by a draft's path); nothing is
+        indexed or changed. Call :meth:`candidates` first with the current context, so it is indexed."""
+        for n in range(min(self.max_ngram_size, len(tail)), min_ngram_size - 1, -1):
+            hit = self._last[n].get(tuple(int(t) for t in tail[len(tail) - n:]))
+            if hit is not None:
+                return self._tokens[hit + n: hit + n + num_tokens]
+        return []

@@ -92,6 +92,14 @@ class TreeDrafter:
                          position_ids=pos[:, start:], attention_mask=mask[:, :, start:])
         return self.probs(logits[0])
 
+    def rename(self, key: int, new_key: int) -> None:
+        """Give a node fed this step a new key (one fed before its proposer knew the key it would keep).
+
+        Raises:
+            KeyError: if ``key`` was not fed this step.
+        """
+        self.fed[new_key] = self.fed.pop(key)
+
     def accepted(self, verdict: Verdict, path_keys: Iterable[int | None]) -> None:
         """Keep the draft's KV entries of the accepted path's nodes that were fed (its longest fed prefix).
 

@@ -134,7 +134,7 @@ SHORT_NAMES = {"window_size": "W", "ngram_size": "N", "guess_set_size": "G", "ma
                "pool_from_prompt": "prompt n-grams", "free_draft_min_match": "free drafts from",
                "draft_vocab_size": "draft vocab", "stop_confidence": "stop below", "branch_confidence": "branch below",
                "cost_aware": "cost-aware", "copy_tokens": "copy", "draft_on_copy": "draft on copy",
-               "copy_min_match": "copy match"}
+               "copy_min_match": "copy match", "guess_tokens": "guess"}
 #: ... and parameters that are bookkeeping, never shown.
 HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches", "threshold", "max_depth")
 #: Options that mean something only when another is on (option -> the one it depends on).
