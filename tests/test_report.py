@@ -171,6 +171,21 @@ def test_labels_distinguish_swept_configs_and_print_integers(sweep):
     assert list(grouping.config_labels(odd)) == ["la (ngram_size=3)", "la (ngram_size=4)"]
 
 
+def test_labels_leave_out_a_setting_whose_parent_is_off():
+    """draft_on_copy means nothing where copy_tokens is 0: a label does not carry it there, unless two
+    configurations would then read alike."""
+    rows = pd.DataFrame({"decoder": ["opt_tree"] * 3, "decoder_params": [
+        '{"num_nodes": 32, "copy_tokens": 0, "draft_on_copy": true}',
+        '{"num_nodes": 32, "copy_tokens": 20, "draft_on_copy": false}',
+        '{"num_nodes": 16, "copy_tokens": 20, "draft_on_copy": true}']})
+    assert list(grouping.config_labels(rows)) == [
+        "opt_tree (num_nodes=32, copy_tokens=0)", "opt_tree (num_nodes=32, copy_tokens=20, draft_on_copy=false)",
+        "opt_tree (num_nodes=16, copy_tokens=20, draft_on_copy=true)"]
+    twins = pd.DataFrame({"decoder": ["t", "t"], "decoder_params": ['{"copy_tokens": 0, "draft_on_copy": true}',
+                                                                   '{"copy_tokens": 0, "draft_on_copy": false}']})
+    assert list(grouping.config_labels(twins)) == ["t (draft_on_copy=true)", "t (draft_on_copy=false)"]
+
+
 def test_intervals_over_repeats_and_samples(tmp_path):
     rows = fixture_rows("r", tasks=["humaneval"], n=6, repeats=3, jitter=0.05, seed=1)
     agg = metrics.aggregate(report.load_rows([write_run(tmp_path / "run", rows)])).set_index("label")

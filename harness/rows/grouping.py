@@ -103,12 +103,25 @@ def swept_parts(rows: pd.DataFrame) -> list[list[str]]:
             shapes.setdefault(dec, set()).add(json.dumps(norm(params_of(ps).get("paths"))))
     spelled = {dec for dec, vals in shapes.items()
                if len({param_text("paths", json.loads(v)) for v in vals}) < len(vals)}
-    out = []
-    for dec, ps in zip(rows["decoder"], params):
-        p = params_of(ps) if varying.get(dec) else {}
-        out.append([f"{SHORT_NAMES.get(k, k)}={param_text(k, p.get(k), spelled=dec in spelled)}" if k == "paths" else
-                    f"{k}={fmt_value(p.get(k))}" for k in varying.get(dec) or []])
-    return out
+
+    def parts(dec: str, p: Mapping[str, Any], drop_idle: bool) -> list[str]:
+        return [f"{SHORT_NAMES.get(k, k)}={param_text(k, p.get(k), spelled=dec in spelled)}" if k == "paths" else
+                f"{k}={fmt_value(p.get(k))}" for k in varying.get(dec) or [] if not (drop_idle and _idle(k, p))]
+
+    rows_params = [(dec, params_of(ps) if varying.get(dec) else {}) for dec, ps in zip(rows["decoder"], params)]
+    # A setting whose parent is off is left out (`draft_on_copy` of a tree that copies nothing), unless two
+    # different configurations of a decoder would then read alike.
+    seen: dict[tuple, set] = {}
+    for dec, p in rows_params:
+        seen.setdefault((dec, *parts(dec, p, True)), set()).add(
+            json.dumps({k: norm(v) for k, v in p.items()}, sort_keys=True, default=str))
+    return [parts(dec, p, len(seen[(dec, *parts(dec, p, True))]) == 1) for dec, p in rows_params]
+
+
+def _idle(key: str, params: Mapping[str, Any]) -> bool:
+    """Whether ``key`` means nothing in ``params``: it depends on another setting (:data:`DEPENDENT_PARAMS`) that
+    is off there (absent, false, zero or empty)."""
+    return key in DEPENDENT_PARAMS and norm(params.get(DEPENDENT_PARAMS[key])) in _OFF
 
 
 def param_text(key: str, value: Any, spelled: bool = False) -> str:
@@ -135,8 +148,9 @@ SHORT_NAMES = {"window_size": "W", "ngram_size": "N", "guess_set_size": "G", "ma
                "draft_vocab_size": "draft vocab", "stop_confidence": "stop below", "branch_confidence": "branch below",
                "cost_aware": "cost-aware", "copy_tokens": "copy", "draft_on_copy": "draft on copy",
                "copy_min_match": "copy match", "guess_tokens": "guess"}
-#: ... and parameters that are bookkeeping, never shown.
-HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches", "threshold", "max_depth")
+#: ... and parameters that are bookkeeping, never shown (OPT-Tree's ``threshold`` and ``max_depth`` are settings, shown
+#: off their defaults: budget-32 trees at depth 10 and at depth 16 must not read alike).
+HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches")
 #: Options that mean something only when another is on (option -> the one it depends on).
 DEPENDENT_PARAMS = {"draft_on_copy": "copy_tokens", "copy_min_match": "copy_tokens",
                     "max_branches": "branch_confidence"}
