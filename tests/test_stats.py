@@ -108,8 +108,15 @@ def test_settings_label():
     assert grouping.settings_label(json.dumps({"gamma": 8})) == "gamma=8"
     assert grouping.settings_label({"window_size": 8, "ngram_size": 3, "guess_set_size": 8, "pool_scope": "sample",
                                     "seed": 0, "pool_from_prompt": True}) == "W=8, N=3, G=8, prompt n-grams"
-    assert grouping.settings_label({"num_nodes": 16, "threshold": 0.5, "copy_tokens": 20, "cost_aware": False,
-                                    "draft_on_copy": False}) == "nodes=16, copy=20"
+    tree = {"num_nodes": 16, "threshold": 0.5, "copy_tokens": 20, "cost_aware": False, "draft_on_copy": False}
+    # the schema's defaults (threshold 0.5, draft_on_copy true) decide what is off them ...
+    assert grouping.settings_label({**tree, "_target_": "decoders.opt_tree.OptTreeDecoder"}) == \
+        "nodes=16, copy=20, draft on copy=false"
+    assert grouping.settings_label({**tree, "threshold": 0.9, "max_depth": 16},
+                                   decoder_class="decoders.opt_tree.OptTreeDecoder") == \
+        "nodes=16, threshold=0.9, max_depth=16, copy=20, draft on copy=false"
+    # ... without one, off means false, zero or empty (a threshold is a setting, shown)
+    assert grouping.settings_label(tree) == "nodes=16, copy=20, threshold=0.5"
     # against a schema's defaults, a non-default option shows even when it is "off"-looking
     assert grouping.settings_label({"gamma": 4, "stop_confidence": 0.0}, defaults={"stop_confidence": 0.4}) == \
         "gamma=4, stop below=0"
