@@ -195,7 +195,7 @@ def load_rows(paths: Iterable[str | Path], pool: bool = False) -> pd.DataFrame:
         settings.append((meta or {}).get("identity"))
         notes = (meta or {}).get("notes")
         for n in notes if isinstance(notes, list) else []:  # the job's own notes, one line per note
-            noted.setdefault(str(n), []).append(str(f.parent))
+            noted.setdefault(str(n), []).append(_shown(f.parent))
         frames.append(legacy.upgrade(rows, meta))
     if not frames:
         if warnings:
@@ -253,3 +253,12 @@ def _finish(rows: pd.DataFrame, pool: bool) -> pd.DataFrame:
     rows = grouping.prepare(rows, pool)
     rows.attrs["warnings"] = warnings
     return rows
+
+
+def _shown(path: Path) -> str:
+    """A run folder as a note names it: relative to the working directory when inside it (a report then reads the
+    same from every checkout), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
