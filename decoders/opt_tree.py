@@ -164,7 +164,7 @@ class _TreeGrower:
         stats = {"tree_depth": depth, "copy_steps": bool(copy), "tree_nodes": len(tokens)}
         if d.guess_tokens:
             stats.update(guess_fed=self._guess_fed, guess_kept=len(self._guessed),
-                         guess_verified=sum(1 for i in self.chosen if i in self._guessed) if nodes else 0)
+                         guess_verified=sum(1 for i in self.chosen if i in self._guessed))
         return DraftTree(tokens=tokens, parents=parents,
                          counts=DraftCounts(origins=origins, labels=labels, draft_forwards=forwards,
                                             draft_tokens_fed=fed_tokens, stats=stats))

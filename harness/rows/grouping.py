@@ -111,11 +111,12 @@ def swept_parts(rows: pd.DataFrame) -> list[list[str]]:
     rows_params = [(dec, params_of(ps) if varying.get(dec) else {}) for dec, ps in zip(rows["decoder"], params)]
     # A setting whose parent is off is left out (`draft_on_copy` of a tree that copies nothing), unless two
     # different configurations of a decoder would then read alike.
+    reduced = [parts(dec, p, True) for dec, p in rows_params]
     seen: dict[tuple, set] = {}
-    for dec, p in rows_params:
-        seen.setdefault((dec, *parts(dec, p, True)), set()).add(
-            json.dumps({k: norm(v) for k, v in p.items()}, sort_keys=True, default=str))
-    return [parts(dec, p, len(seen[(dec, *parts(dec, p, True))]) == 1) for dec, p in rows_params]
+    for (dec, p), r in zip(rows_params, reduced):
+        seen.setdefault((dec, *r), set()).add(json.dumps({k: norm(v) for k, v in p.items()}, sort_keys=True,
+                                                         default=str))
+    return [r if len(seen[(dec, *r)]) == 1 else parts(dec, p, False) for (dec, p), r in zip(rows_params, reduced)]
 
 
 def _idle(key: str, params: Mapping[str, Any]) -> bool:
