@@ -98,6 +98,7 @@ class LookaheadDecoder(DraftingDecoder, settings=LookaheadSettings, uses_draft=F
     name = "lookahead"
     draft_shape = "n-grams"
     supports_sampling = True
+    supports_batch = True
 
     def _build(self) -> None:
         self.pool = NGramPool(self.ngram_size, self.guess_set_size)

@@ -59,6 +59,7 @@ class PromptLookupDecoder(DraftingDecoder, settings=PromptLookupSettings, uses_d
     name = "prompt_lookup"
     draft_shape = "copy"
     supports_sampling = True
+    supports_batch = True
 
     def _build(self) -> None:
         if self.min_ngram_size > self.max_ngram_size:

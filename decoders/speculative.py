@@ -23,6 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from decoders.common.base import DraftingDecoder, DraftVocab
+from decoders.common.batch import BatchCache
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import crop
@@ -57,9 +58,26 @@ class SpeculativeDecoder(DraftingDecoder, settings=SpeculativeSettings, uses_dra
     name = "speculative"
     draft_shape = "chain"
     supports_sampling = True
+    supports_batch = True
 
     def proposer(self) -> "_DraftChain":
         return _DraftChain(self.draft_model, self.vocab, self.gamma, self.eos_token_ids, self.sampling)
+
+    def batch_proposer(self, rows: int) -> "_BatchDraftChain":
+        return _BatchDraftChain(self, rows)
+
+
+def draft_next(logits: torch.Tensor, vocab: DraftVocab, sampling: SamplingConfig,
+               generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
+    """The draft's next token from its logits at one position, ``torch.Tensor`` of shape ``(draft_vocab,)``, and
+    (sampling) the distribution it was drawn from, ``torch.FloatTensor`` of shape ``(target_vocab,)`` (zero beyond
+    the shared ids); ``None`` when greedy."""
+    logits = logits[: vocab.draft]
+    if sampling.greedy:
+        return int(argmax_ids(logits)), None
+    probs = torch.zeros(vocab.target, dtype=torch.float32, device=logits.device)
+    probs[: vocab.draft] = sampling.probs(logits)
+    return sample_token(probs, generator), probs
 
 
 class _DraftChain:
@@ -92,7 +110,7 @@ class _DraftChain:
                 logits = forward(self.draft_model, torch.tensor([feed], device=device), self.cache, logits_to_keep=1)
                 forwards += 1
                 fed += len(feed)
-                token, q = self._draft_next(logits, generator)
+                token, q = draft_next(logits[0, -1], self.vocab, self.sampling, generator)
                 if q is not None:
                     probs[len(tokens)] = q
                 tokens.append(token)
@@ -101,17 +119,6 @@ class _DraftChain:
                 feed = [token]
         return DraftTree.chain(tokens, draft_probs=probs or None,
                                counts=DraftCounts(labels=("draft",), draft_forwards=forwards, draft_tokens_fed=fed))
-
-    def _draft_next(self, d_logits: torch.Tensor, generator: torch.Generator | None
-                    ) -> tuple[int, torch.Tensor | None]:
-        """The draft's next token from its last-position logits, and (sampling) the distribution it was
-        drawn from, ``torch.FloatTensor`` of shape ``(target_vocab,)`` (zero beyond the shared ids)."""
-        logits = d_logits[0, -1, : self.vocab.draft]
-        if self.sampling.greedy:
-            return int(argmax_ids(logits)), None
-        probs = torch.zeros(self.vocab.target, dtype=torch.float32, device=logits.device)
-        probs[: self.vocab.draft] = self.sampling.probs(logits)
-        return sample_token(probs, generator), probs
 
     def accepted(self, context: list[int], tree: DraftTree, verdict: Verdict) -> None:
         committed = len(context) - len(verdict.emitted) - 1  # cached target tokens before this step
@@ -124,4 +131,66 @@ class _DraftChain:
             self.feed = self.feed + [context[-2]]
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
+        return {}
+
+
+class _BatchDraftChain:
+    """The speculative proposer for a static batch: ``gamma`` draft forwards per step, each over every row still
+    drafting (one :class:`~decoders.common.batch.BatchCache` for the draft model; a row that has its ``gamma``
+    tokens, drafted an EOS id or cannot be drafted from is fed pads until the others are done).
+
+    Per row the same rules as :class:`_DraftChain`: the draft cache holds a prefix of the row's context and
+    ``feed[row]`` the rest except the pending token; rejected drafts are dropped from the row (a crop).
+    """
+
+    def __init__(self, decoder: SpeculativeDecoder, rows: int):
+        self.vocab, self.gamma, self.eos_token_ids = decoder.vocab, decoder.gamma, decoder.eos_token_ids
+        self.sampling = decoder.sampling
+        self.draft = BatchCache(decoder.draft_model, rows)
+        self.feed: list[list[int]] = [[] for _ in range(rows)]
+
+    def start(self, prompts: list[list[int]]) -> None:
+        self.feed = [list(p) for p in prompts]
+
+    def select(self, keep: list[int]) -> None:
+        self.draft.select(keep)
+
+    def propose(self, rows: list[int], contexts: list[list[int]], remaining: list[int],
+                generators: list[torch.Generator | None]) -> list[DraftTree]:
+        gammas = [min(self.gamma, k - 1) for k in remaining]
+        blocks = [self.feed[r] + [c[-1]] for r, c in zip(rows, contexts)]
+        blocks = [b if g > 0 and self.vocab.can_embed(b) else [] for b, g in zip(blocks, gammas)]
+        tokens: list[list[int]] = [[] for _ in rows]
+        probs: list[dict[int, torch.Tensor]] = [{} for _ in rows]
+        forwards, fed = [0] * len(rows), [0] * len(rows)
+        while any(blocks):
+            logits, placed = self.draft.forward(blocks)
+            for i, block in enumerate(blocks):
+                if not block:
+                    continue
+                self.draft.append(i, placed[i])
+                forwards[i] += 1
+                fed[i] += len(block)
+                token, q = draft_next(logits[i, -1], self.vocab, self.sampling, generators[i])
+                if q is not None:
+                    probs[i][len(tokens[i])] = q
+                tokens[i].append(token)
+            blocks = [[t[-1]] if b and len(t) < g and t[-1] not in self.eos_token_ids else []
+                      for b, t, g in zip(blocks, tokens, gammas)]
+        return [DraftTree.chain(t, draft_probs=p or None, counts=DraftCounts(labels=("draft",), draft_forwards=f,
+                                                                             draft_tokens_fed=n))
+                for t, p, f, n in zip(tokens, probs, forwards, fed)]
+
+    def accepted(self, rows: list[int], contexts: list[list[int]], trees: list[DraftTree],
+                 verdicts: list[Verdict]) -> None:
+        for i, (r, context, tree, verdict) in enumerate(zip(rows, contexts, trees, verdicts)):
+            if tree.size:
+                committed = len(context) - len(verdict.emitted) - 1  # cached target tokens before this step
+                keep = min(self.draft.length(i), committed + 1 + len(verdict.path))
+                self.draft.keep(i, keep, [])
+                self.feed[r] = context[keep:-1]
+            else:
+                self.feed[r] = self.feed[r] + [context[-2]]
+
+    def extra(self, row: int, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         return {}

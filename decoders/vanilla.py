@@ -9,11 +9,12 @@ the distribution every lossless sampling decoder must reproduce -- ancestral sam
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.batch import BatchCache, check_batch, retire
 from decoders.common.checks import check_input_ids
 from decoders.common.forward import forward, new_cache
 from decoders.common.sampling import GREEDY, SamplingConfig, argmax_ids, check_generator
@@ -33,6 +34,7 @@ class VanillaDecoder:
     name = "vanilla"
     draft_shape = "none"
     supports_sampling = True
+    supports_batch = True
 
     def __init__(self, target_model: PreTrainedModel, eos_token_ids: Iterable[int] = (),
                  sampling: SamplingConfig = GREEDY):
@@ -86,3 +88,51 @@ class VanillaDecoder:
             steps.append(StepRecord(target_tokens_fed=1, emitted=1, source={"bonus": 1}))
             watch.mark("bookkeeping")
         return DecodeResult(tuple(truncate_at_stop(out, self.eos_token_ids, max_new_tokens)), tuple(steps))
+
+    @torch.inference_mode()
+    def generate_batch(self, input_ids: Sequence[torch.Tensor], max_new_tokens: int,
+                       generators: Sequence[torch.Generator | None] | None = None, stopwatch: Stopwatch | None = None,
+                       finished: Callable[[int], None] | None = None) -> list[DecodeResult]:
+        """Decode a static batch, one target forward per step for every row still decoding (the batched reference:
+        each row's tokens are :meth:`generate`'s for its prompt, and with the same generator its random draws too).
+
+        Args:
+            input_ids: ``B`` tensors, each ``torch.LongTensor`` of shape ``(1, prompt_len_b)`` on the target's device
+                (lengths may differ: :class:`decoders.common.batch.BatchCache` pads and masks).
+            max_new_tokens: upper bound on new tokens per row, >= 1.
+            generators: sampling: one ``torch.Generator`` per row, the only source of that row's randomness.
+            stopwatch: the batch's timer; ``first_token()`` after the batched prefill.
+            finished: called with a row's index as soon as its last token is known (per-request latency).
+
+        Returns:
+            One :class:`DecodeResult` per prompt, in order.
+
+        Raises:
+            ValueError: as :func:`decoders.common.batch.check_batch`, or ``max_new_tokens < 1``.
+        """
+        gens = check_batch(input_ids, generators, self.sampling)
+        check_max_new_tokens(max_new_tokens)
+        watch = stopwatch or NULL_STOPWATCH
+        prompts = [ids[0].tolist() for ids in input_ids]
+        cache = BatchCache(self.target_model, len(prompts))
+        blocks: list[list[int]] = prompts
+        out: list[list[int]] = [[] for _ in prompts]
+        steps = [[StepRecord(target_tokens_fed=len(p), emitted=1, source={"bonus": 1})] for p in prompts]
+        active = list(range(len(prompts)))
+        while active:
+            logits, placed = cache.forward(blocks)
+            watch.mark("forward")
+            for i, r in enumerate(active):
+                cache.append(i, placed[i])
+                out[r].append(self.sampling.next_token(logits[i, -1], gens[r]))
+                if len(out[r]) > 1:
+                    steps[r].append(StepRecord(target_tokens_fed=1, emitted=1, source={"bonus": 1}))
+            if blocks is prompts:
+                watch.first_token()
+            watch.mark("rule")
+            active = retire(active, [len(out[r]) >= max_new_tokens or out[r][-1] in self.eos_token_ids
+                                     for r in active], (cache,), finished)
+            blocks = [[out[r][-1]] for r in active]
+            watch.mark("bookkeeping")
+        return [DecodeResult(tuple(truncate_at_stop(o, self.eos_token_ids, max_new_tokens)), tuple(s))
+                for o, s in zip(out, steps)]

@@ -32,6 +32,7 @@ from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, P
                          bar_rows, caption, family, fmt_tick, group_panels, legend_below, palette, plt, record_caption,
                          save, set_titles, shade, short_groups, stacked_axes, wrap_text)
 
+from plots.batch import speedup_vs_batch  # speculation under load: against the static batch size
 from plots.by_task import task_bars  # the papers' grouped bars per task, a module of its own
 from plots.per_sample import speedup_per_sample  # the spread of speedups over samples
 
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "speedup_by_task", "accept_length_by_decoder", "acceptance_by_position", "tokens_per_s_vs_param",
     "accept_length_vs_nodes", "time_breakdown", "warm_vs_cold", "compare_speedups", "task_bars",
-    "speedup_per_sample", "Style", "palette",
+    "speedup_per_sample", "speedup_vs_batch", "Style", "palette",
     "save", "caption",
     "draw_all", "FIGURES",
 ]
@@ -449,6 +450,7 @@ FIGURES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "warm_vs_cold": (warm_vs_cold, ("warm_cold",)),
     "task_bars": (task_bars, ("task_bars",)),
     "speedup_per_sample": (speedup_per_sample, ("per_sample", "agg")),
+    "speedup_vs_batch": (speedup_vs_batch, ("agg",)),
 }
 
 

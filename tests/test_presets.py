@@ -36,7 +36,7 @@ TINY = ["model=tiny-random", "model.dtype=float32", "task.limit=1", "runner.max_
 #: 8-shot prompt (~2400 byte tokens, prefilled by each of the 10 decoders) cut to one shot: no figure depends on it.
 EXTRA = {"sampled_heldout_humaneval": ["decoder=[vanilla,tuned/speculative_tuned,tuned/prompt_lookup_tuned]"],
          "race_heldout_gsm8k": ["task.num_fewshot=1"],
-         "gamma_ablation": ["decoder.speculative.gamma=2,4"],
+         "gamma_ablation": ["decoder.speculative.gamma=2,4"], "batch_sweep": ["runner.batch_size=1,2"],
          "lookahead_sweep": ["decoder.lookahead.window_size=5,10", "decoder.lookahead.ngram_size=3"]}
 
 

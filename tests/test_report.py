@@ -426,7 +426,7 @@ def test_per_category_tables(task, column, cats, tmp_path):
 def test_report_plots_draws_every_figure(sweep, tmp_path):
     written = report.write_report([sweep], tmp_path / "rep", plots=True)
     figs = {k.split("/")[1].rsplit(".", 1)[0] for k in written if k.startswith("figures/")}
-    assert figs == set(plots.FIGURES) - TREE_FIGURES  # the gamma sweep has no draft tree
+    assert figs == set(plots.FIGURES) - TREE_FIGURES - BATCH_FIGURES  # the gamma sweep: no draft tree, batch size 1
     for name in figs:
         for ext in (".png", ".pdf"):
             p = tmp_path / "rep" / "figures" / f"{name}{ext}"
@@ -475,8 +475,8 @@ def test_figures_are_readable(frames):
     assert sub == "target-7b / draft-1b · float32 · test cpu · humaneval (4 samples), mbpp (4 samples)"
     style = plots.Style.of(agg)
     for name, (fn, needs) in plots.FIGURES.items():
-        if name in TREE_FIGURES:
-            continue  # tested on a node-budget sweep: test_node_budget_figure
+        if name in TREE_FIGURES | BATCH_FIGURES:
+            continue  # tested on their own sweeps: test_node_budget_figure, test_speedup_vs_batch_figure
         fig = fn(*[fr[k] for k in needs], subtitle=sub, style=style)
         assert fig is not None, name
         assert fig._suptitle is None, name                              # no title baked into the image
@@ -530,6 +530,35 @@ def test_two_groups_are_panels_with_the_group_written_once(sweep, tmp_path):
 
 #: Figures that only a draft-tree sweep draws.
 TREE_FIGURES = {"accept_length_vs_nodes"}
+#: Figures that only a sweep of ``runner.batch_size`` draws.
+BATCH_FIGURES = {"speedup_vs_batch"}
+
+
+def test_crossover_is_the_first_batch_size_where_speculation_stops_paying():
+    from plots.batch import crossover
+
+    def points(speedups):
+        return pd.DataFrame({"batch_size": [8, 1, 4, 2][:len(speedups)], "speedup": speedups})
+    assert crossover(points([0.7, 1.8, 0.9, 1.2])) == 4  # unsorted input: 1 -> 1.8, 2 -> 1.2, 4 -> 0.9, 8 -> 0.7
+    assert crossover(points([1.1, 1.8, 1.3, 1.2])) is None  # never below 1
+    assert crossover(points([0.7, 0.9, 0.8, 0.95])) is None  # below 1 from the start: no crossover seen
+
+
+def test_speedup_vs_batch_figure():
+    sizes = [1, 2, 4, 8]
+    speedups = {"vanilla": [1.0] * 4, "speculative": [1.8, 1.3, 0.9, 0.7], "prompt_lookup": [0.9, 0.8, 0.8, 0.7]}
+    agg = pd.DataFrame([{"label": label, "decoder": label, "batch_size": b, "speedup": v, "speedup_low": v - 0.1,
+                         "speedup_high": v + 0.1, "tokens_per_s": 5.0 * v * b, "batch_tokens_per_s": 5.0 * v * b}
+                        for label, values in speedups.items() for b, v in zip(sizes, values)])
+    fig = plots.speedup_vs_batch(agg, "pair · bfloat16 · cpu")
+    caption = plots.caption(fig)
+    assert "speculative at batch size 4" in caption and "prompt_lookup below 1x at every batch size" in caption
+    assert "bfloat16" in caption and fig._suptitle is None
+    assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["1", "2", "4", "8"]
+    assert len(fig.axes[1].lines) >= 3  # two decoders' lines (vanilla is the 1x reference), the 1x line
+    assert_legible(fig, "speedup_vs_batch")
+    plots.plt.close(fig)
+    assert plots.speedup_vs_batch(agg[agg["batch_size"] == 1], "s") is None  # one batch size: nothing to plot
 
 
 def test_speedup_per_sample_figure(frames, caplog):

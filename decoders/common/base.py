@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from inspect import Parameter
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import torch
 from transformers import PreTrainedModel
 
+from decoders.common.batch import BatchProposer, PerRow, decode_batch
 from decoders.common.driver import Proposer, decode
 from decoders.common.heads import pair_vocab
 from decoders.common.kv_cache import check_rollback
@@ -73,6 +74,8 @@ class DraftingDecoder:
     draft_shape: str = ""
     #: A decoder opts in to sampling (:func:`decoders.common.sampling.require_sampling_support`).
     supports_sampling: bool = False
+    #: A decoder opts in to static batches (:meth:`generate_batch`; ``runner.batch_size > 1``).
+    supports_batch: bool = False
     #: The declared settings (a dataclass of :func:`declare.setting` fields), from the class line.
     settings: ClassVar[type | None] = None
     #: Whether the decoder needs the pair's draft model (as its ``register_decoder`` line says), from the class line.
@@ -154,6 +157,38 @@ class DraftingDecoder:
     def proposer(self) -> Proposer:
         """A fresh proposer for one prompt."""
         raise NotImplementedError
+
+    def batch_proposer(self, rows: int) -> BatchProposer:
+        """A fresh proposer for a batch of ``rows`` prompts: by default one :meth:`proposer` per row
+        (:class:`decoders.common.batch.PerRow`, right for proposers that run no model); a decoder that drafts with a
+        model batches its draft forwards instead."""
+        return PerRow(self.proposer, rows)
+
+    def generate_batch(self, input_ids: Sequence[torch.Tensor], max_new_tokens: int,
+                       generators: Sequence[torch.Generator | None] | None = None, stopwatch: Stopwatch | None = None,
+                       finished: Callable[[int], None] | None = None) -> list[DecodeResult]:
+        """Decode a static batch through :func:`decoders.common.batch.decode_batch`: one target forward per step for
+        every row still decoding, each row's tokens those :meth:`generate` gives for its prompt.
+
+        Args:
+            input_ids: ``B`` tensors, each ``torch.LongTensor`` of shape ``(1, prompt_len_b)`` on the target's device.
+            max_new_tokens: upper bound on new tokens per row, >= 1.
+            generators: sampling: one ``torch.Generator`` per row.
+            stopwatch: the batch's timer (see :func:`~decoders.common.batch.decode_batch`).
+            finished: called with a row's index when its last token is committed.
+
+        Returns:
+            One :class:`~decoders.types.DecodeResult` per prompt, in order.
+
+        Raises:
+            ValueError: a decoder without batch support (``supports_batch``), or what
+                :func:`~decoders.common.batch.decode_batch` raises.
+        """
+        if not self.supports_batch:
+            raise ValueError(f"the {self.name} decoder does not decode batches: use runner.batch_size=1 with it")
+        return decode_batch(self.target_model, self.batch_proposer(len(input_ids)), input_ids, max_new_tokens,
+                            eos_token_ids=self.eos_token_ids, sampling=self.sampling, generators=generators,
+                            stopwatch=stopwatch, finished=finished)
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None,
                  stopwatch: Stopwatch | None = None) -> DecodeResult:

@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 from decoders.common.forward import forward, new_cache
+from decoders.common.kv_cache import crop
 
 #: Context length behind the measured forwards (tokens), and the token counts measured.
 CONTEXT = 128
@@ -56,6 +57,42 @@ def time_forward(model: PreTrainedModel, k: int, repeats: int, context: torch.Te
         _sync(device)
         times.append(time.perf_counter() - start)
     return sorted(times[1:])[len(times[1:]) // 2]
+
+
+@torch.inference_mode()
+def batch_cost_curve(model: PreTrainedModel, rows: int, sizes: list[int], repeats: int = 3,
+                     context: torch.Tensor | None = None) -> dict[int, float]:
+    """``{k: median seconds of one forward of k tokens in each of rows rows}`` after a cached context (the same in
+    every row; no padding): the bare cost of a batched step, ``rows x k`` tokens. The context is prefilled once and
+    each timed forward cropped off again; one warm-up call per size, device synchronized.
+
+    Args:
+        model: a causal LM whose cache can be cropped.
+        rows: the batch size (>= 1).
+        sizes: tokens per row of the timed forwards.
+        repeats: timed calls per size (the median is returned).
+        context: ``(1, n)`` token ids (a real prompt); default :data:`CONTEXT` synthetic ids.
+    """
+    device = model.get_input_embeddings().weight.device
+    if context is None:
+        context = (torch.arange(CONTEXT, device=device).remainder(1000) + 10).unsqueeze(0)
+    context = context.repeat(rows, 1)
+    cache = new_cache(model)
+    forward(model, context, cache, logits_to_keep=1)
+    n = context.shape[1]
+    curve = {}
+    for k in sizes:
+        ids = context[:, -1:].repeat(1, k)
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            _sync(device)
+            start = time.perf_counter()
+            forward(model, ids, cache)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+            crop(cache, n)
+        curve[k] = sorted(times[1:])[len(times[1:]) // 2]
+    return curve
 
 
 def forward_cost_curve(model: PreTrainedModel, sizes: list[int], repeats: int = 3,

@@ -306,7 +306,7 @@ def decode(
         proposer.accepted(context, tree, verdict)
         watch.mark("update")
         finished = len(context) - prompt_len >= max_new_tokens or not eos_token_ids.isdisjoint(emitted)
-        steps.append(_step_record(tree, verdict))
+        steps.append(step_record(tree, verdict))
         for key, value in tree.counts.stats.items():
             stats[key] = stats.get(key, 0) + value
         watch.mark("bookkeeping")
@@ -316,7 +316,7 @@ def decode(
     return DecodeResult(tuple(output), tuple(steps), proposer.extra(steps[1:], stats))
 
 
-def _step_record(tree: DraftTree, verdict: Verdict) -> StepRecord:
+def step_record(tree: DraftTree, verdict: Verdict) -> StepRecord:
     """The :class:`StepRecord` of one verification step: kept nodes counted by origin, then the bonus token."""
     counts = tree.counts
     source = dict.fromkeys(counts.labels, 0)

@@ -23,8 +23,9 @@ import torch
 
 
 @lru_cache(maxsize=64)
-def _ancestors(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ancestor_or_self (n, n) bool, depth (n,) int64)`` on the CPU; cached, never mutated.
+def ancestors(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ancestor_or_self (n, n) bool, depth (n,) int64)`` on the CPU for a parent array (``-1``: a root); cached,
+    never mutated. Raises ``ValueError`` if a parent is not ``-1`` or an earlier index.
 
     The ancestor lists are built in plain Python and scattered into the matrix by one indexed write (a draft
     tree changes every step, so the cache rarely hits; one tensor op per node cost ~5 us each)."""
@@ -84,7 +85,7 @@ def tree_attention(
     """
     if past_len < 0:
         raise ValueError(f"past_len must be >= 0, got {past_len}")
-    anc, depth = _ancestors(tuple(int(p) for p in parents))
+    anc, depth = ancestors(tuple(int(p) for p in parents))
     n = anc.shape[0]
     anc = anc.to(device)
     # Rows start on a 16-element boundary (a view of a wider buffer), so a view from a later row (the tree

@@ -42,6 +42,8 @@ class Job:
         tokens: the generation budget per call (new tokens at most).
         warmup_calls: untimed calls per decoder, of ``warmup_tokens`` tokens each.
         warmup_tokens: new tokens of a warm-up call.
+        batch_size: ``runner.batch_size`` (priced as that many single-request calls: an upper bound, the cost table
+            holds no batched costs yet).
     """
 
     task: str
@@ -50,6 +52,7 @@ class Job:
     tokens: int
     warmup_calls: int
     warmup_tokens: int
+    batch_size: int = 1
 
 
 def job_of(cfg: Any, task_sizes: Mapping[str, tuple[int, int]]) -> Job | None:
@@ -80,7 +83,8 @@ def job_of(cfg: Any, task_sizes: Mapping[str, tuple[int, int]]) -> Job | None:
         return None
     decoders = {str(k): str(v.get("_target_", "")) for k, v in cfg["decoder"].items()}
     return Job(str(task["name"]), decoders, math.ceil(count * turns) * int(runner.get("repeats") or 1), int(tokens),
-               int(runner.get("warmup") or 0), int(runner.get("warmup_tokens") or 0))
+               int(runner.get("warmup") or 0), int(runner.get("warmup_tokens") or 0),
+               int(runner.get("batch_size") or 1))
 
 
 def expected_tokens(budget: int, measured: Mapping[str, Any]) -> float:
@@ -156,6 +160,10 @@ def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[st
             f"measured on {entry.get('device_name', key)}: {', '.join(entry.get('source', [])) or '?'})")
     if unmeasured:
         line += f"; not measured, priced by their class or as vanilla: {', '.join(unmeasured)}"
+    batched = sorted({j.batch_size for j in jobs if j is not None and j.batch_size > 1})
+    if batched:
+        line += (f"; batch size {', '.join(map(str, batched))} priced as single-request calls: an upper bound (no "
+                 "batched costs in the table yet)")
     return line
 
 

@@ -127,6 +127,8 @@ class RunnerConfig:
     repeats: int = setting(1, at_least(1), "timed calls per (sample, decoder) cell")
     order: str = setting("rotate", one_of(*ORDERS), "decoder order per sample: rotate, or fixed as listed")
     shard: Optional[str] = setting(None, None, "'i/n': only the samples with sample_index % n == i")
+    batch_size: int = setting(1, at_least(1), "requests decoded together in static batches (1: one at a time; "
+                                              "single-turn tasks, decoders with supports_batch)")
 
 
 # --------------------------------------------------------------------------------------------------

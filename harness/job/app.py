@@ -22,6 +22,7 @@ from harness.rows.machine import environment
 from harness.rows.grouping import NON_PARAM_KEYS
 from harness.job.rundir import pin
 from harness.job.runlock import FolderBusyError, acquire
+from harness.job.batches import BatchRunner
 from harness.job.runner import Runner
 from harness.job.run_settings import RunSettings, parse_shard
 
@@ -85,7 +86,8 @@ def check_selection(task: Any, settings: RunSettings, task_name: str = "task") -
 
     Raises:
         ConfigError: the task has no samples (an empty data file, or filters that leave none), an id of
-            ``runner.sample_ids`` is not among them, or ``runner.shard`` selects none of them.
+            ``runner.sample_ids`` is not among them, ``runner.shard`` selects none of them, or a multi-turn task
+            with ``runner.batch_size > 1``.
     """
     samples = list(task.samples())
     if not samples:
@@ -97,6 +99,10 @@ def check_selection(task: Any, settings: RunSettings, task_name: str = "task") -
         selected = settings.select(samples)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    turns = max((int(task.turns(s)) for s in selected), default=1)
+    if settings.batch_size > 1 and turns > 1:
+        raise ConfigError(f"runner.batch_size={settings.batch_size}: task {task_name} has multi-turn samples ({turns} "
+                          "turns); static batches run single-turn tasks: use runner.batch_size=1 with it")
     shard = parse_shard(settings.shard)
     if shard is not None and not any(i % shard[1] == shard[0] for i in range(len(selected))):
         raise ConfigError(f"runner.shard={settings.shard} selects none of the {len(selected)} selected samples "
@@ -214,6 +220,10 @@ def _job(cfg: DictConfig, run_dir: Path) -> float | None:
             require_sampling_support(name, hydra.utils.get_class(dcfg["_target_"]), settings.sampling)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if settings.batch_size > 1 and not getattr(hydra.utils.get_class(dcfg["_target_"]), "supports_batch", False):
+            raise ConfigError(f"runner.batch_size={settings.batch_size}: decoder {name!r} does not decode batches "
+                              "(docs/decoders.md, \"Static batches\"); drop it from the decoder list or use "
+                              "runner.batch_size=1")
     need_draft = any(bool(c.get("uses_draft")) for c in dec_cfgs.values())
     try:  # on CUDA: weights that cannot fit are refused before any data or weight loads
         check_fits(OmegaConf.to_container(cfg.model, resolve=True), cfg.get("device", "auto"), need_draft)
@@ -252,7 +262,8 @@ def _job(cfg: DictConfig, run_dir: Path) -> float | None:
     }
     mistuned = tuning_mismatches(dec_cfgs, env["dtype"], env["device_name"])  # flagged, not refused
     try:  # checks the folder against this run's identity, then writes meta.json; then runs every cell
-        runner = Runner(task, pair, decoders, params, settings, run_dir, identity, notes=mistuned,
+        runner = (BatchRunner if settings.batch_size > 1 else Runner)(
+                        task, pair, decoders, params, settings, run_dir, identity, notes=mistuned,
                         chat=cfg.model.get("chat_template"), config=OmegaConf.to_container(cfg, resolve=True),
                         environment=env, meta={"eos_token_ids": sorted(eos)},
                         draft_users=[n for n, c in dec_cfgs.items() if c.get("uses_draft")])

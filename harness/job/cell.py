@@ -48,6 +48,38 @@ def timed_generate(decoder: Any, input_ids: torch.Tensor, max_new_tokens: int,
                           **contention_columns(before, after)}
 
 
+def timed_generate_batch(decoder: Any, input_ids: list[torch.Tensor], max_new_tokens: int,
+                         draft: torch.nn.Module | None = None, generators: list[torch.Generator] | None = None
+                         ) -> tuple[list[DecodeResult], float, list[dict[str, Any]]]:
+    """Run ``decoder.generate_batch`` on a static batch with one stopwatch; return the results, the batch's wall
+    seconds and, per row, the measured columns: :meth:`harness.job.timing.Stopwatch.columns` up to the moment the
+    row's last token was known (``latency_s``; ``ttft_s`` is the batched prefill's, the same for every row), the
+    batch's throughput ``batch_tokens_per_s`` and ``batch_rows``, ``peak_memory_mb`` and :func:`contention_columns`
+    of the whole call.
+
+    Args:
+        input_ids: the batch's prompts, each ``(1, prompt_len)`` int64 on the device.
+        draft: the draft model when the decoder runs it (its prefill is timed), else ``None``.
+        generators: sampled runs: one generator per row.
+    """
+    device = input_ids[0].device
+    watch = Stopwatch(device)
+    reset_peak_memory(device)
+    ends: dict[int, float] = {}
+    kwargs = {} if generators is None else {"generators": generators}
+    with watch.timing_draft_prefill(draft):
+        before = sched_clock()
+        watch.start()
+        results = decoder.generate_batch(input_ids, max_new_tokens, stopwatch=watch,
+                                         finished=lambda row: ends.setdefault(row, watch.elapsed()), **kwargs)
+        wall = watch.stop()
+        after = sched_clock()
+    shared = {"batch_rows": len(results), "batch_tokens_per_s": sum(r.new_tokens for r in results) / wall,
+              "peak_memory_mb": peak_memory_mb(device), **contention_columns(before, after)}
+    return results, wall, [{**watch.columns(r.new_tokens, ends.get(i, wall)), "latency_s": ends.get(i, wall),
+                            **shared} for i, r in enumerate(results)]
+
+
 def contention_columns(before: tuple[float, float | None], after: tuple[float, float | None]) -> dict[str, Any]:
     """``{"cpu_time_s", "run_delay_s"}`` between two :func:`harness.job.timing.sched_clock` readings around a timed
     call: CPU seconds the process used, and seconds its threads waited for a CPU (``None`` where not exposed).

@@ -75,6 +75,8 @@ class RunSettings(RunnerConfig):
         order: ``rotate`` (decoder order rotated per sample and repeat) or ``fixed`` (as listed, vanilla
             first).
         shard: ``"i/n"``: run only the samples with ``sample_index % n == i`` (``None`` = all).
+        batch_size: requests decoded together (:class:`harness.job.batches.BatchRunner` when > 1: static batches of
+            this shard's samples, every decoder on the same batches).
 
     Raises:
         ValueError: a setting of the wrong type or out of its bound, bad sampling settings, a shard not of the

@@ -279,6 +279,7 @@ class Runner:
             "max_new_tokens": self.max_new_tokens,
             **self._sampling_columns(),
             "prompt_tokens": prompt_tokens,
+            "batch_size": self.settings.batch_size,
             "cpu_count": self.cpu_count,
             "cpu_affinity": self.cpu_affinity,
         }
@@ -315,17 +316,15 @@ class Runner:
             log.warning("%s keep an n-gram pool across samples (pool_scope=task): with shards each pool sees only "
                         "its shard's samples, and with repeats it sees a sample again; warm-start speed then "
                         "differs from a single pass (outputs do not)", warm)
-        self._bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""),
-                         unit="sample")
         try:
             with self._interrupts.installed():
                 self._warm_all()
-                for index, sample in self._bar:
-                    self._run_sample(index, sample)
+                self._run_work()
         except KeyboardInterrupt:
             self.interrupted = True
         finally:
-            self._bar.close()
+            if self._bar is not None:
+                self._bar.close()
         if self.skipped_cells:
             log.info("resume: skipped %d cells already done in %s", self.skipped_cells, self.writer.path)
             if warm:
@@ -333,6 +332,13 @@ class Runner:
                             "done samples their pools miss those samples, so warm-start speed differs from an "
                             "uninterrupted run (outputs do not)", warm)
         return self.write_summary()
+
+    def _run_work(self) -> None:
+        """Every cell of this shard's samples, one sample after the other (a progress bar over samples)."""
+        self._bar = tqdm(self.work, desc=self.task.name + (f" shard {self.shard_spec}" if self.shard else ""),
+                         unit="sample")
+        for index, sample in self._bar:
+            self._run_sample(index, sample)
 
     def _run_sample(self, index: int, sample: Sample) -> None:
         """Every repeat and turn of one sample."""

@@ -99,13 +99,18 @@ class Stopwatch:
             for h in handles:
                 h.remove()
 
+    def elapsed(self) -> float:
+        """Seconds since :meth:`start` (the device synchronized): when one request of a batch ends."""
+        return self._now() - self.t0
+
     def stop(self) -> float:
         """Stop; returns the wall seconds since :meth:`start`."""
         self.wall_s = self._now() - self.t0
         return self.wall_s
 
-    def columns(self, new_tokens: int) -> dict[str, Any]:
-        """Result columns (seconds; ``None`` where undefined, e.g. a single new token):
+    def columns(self, new_tokens: int, end_s: float | None = None) -> dict[str, Any]:
+        """Result columns (seconds; ``None`` where undefined, e.g. a single new token), for the call or, with
+        ``end_s`` (seconds after :meth:`start`), for one request of a batch that ended then:
 
         * ``ttft_s``: time to the first new token, as a user sees it;
         * ``tpot_s``: time per output token after the first, ``(wall - ttft) / (new_tokens - 1)`` (the serving
@@ -120,7 +125,7 @@ class Stopwatch:
           prefills: like with like across decoders;
         * one ``<phase>_time_s`` per lapped phase.
         """
-        ttft, wall = self.first_token_s, self.wall_s
+        ttft, wall = self.first_token_s, self.wall_s if end_s is None else end_s
         dp = self.draft_prefill
         draft_prefill = dp[1] - dp[0] if dp else None
         prefill = ttft

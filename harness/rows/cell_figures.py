@@ -189,7 +189,9 @@ def cell_latency(g: pd.DataFrame) -> dict[str, float]:
     ``decode_tokens_per_s``; ``ttft_s`` and ``tpot_s`` at their mean and 50th/90th/99th percentiles over rows
     (:data:`LATENCY_PERCENTILES`; NaN where the rows are too few for it, :func:`percentile_needs`: over 13 rows a
     "p99" would only be the maximum); ``prefill_share`` (mean of ``prefill_s / wall_time_s``, ``ttft_s`` for rows
-    without ``prefill_s``); ``peak_memory_mb`` (the largest); ``_untimed_prefill_rows``: draft-model rows written
+    without ``prefill_s``); ``peak_memory_mb`` (the largest); for static batches ``batch_size`` and
+    ``batch_tokens_per_s`` (the throughput over the cell's batch calls: their tokens / their seconds);
+    ``_untimed_prefill_rows``: draft-model rows written
     before the draft's prefill was timed (their decode-only figures hold it; one warning per group)."""
     out: dict[str, float] = {"decode_tokens_per_s": num(g["decode_tokens_per_s"]).mean()
                              if "decode_tokens_per_s" in g else math.nan}
@@ -204,11 +206,28 @@ def cell_latency(g: pd.DataFrame) -> dict[str, float]:
     with np.errstate(invalid="ignore", divide="ignore"):
         out["prefill_share"] = float((prefill / num(g["wall_time_s"]).where(lambda w: w > 0)).mean())
     out["peak_memory_mb"] = float(num(g["peak_memory_mb"]).max()) if "peak_memory_mb" in g else math.nan
+    out["batch_size"] = float(num(g["batch_size"]).max()) if "batch_size" in g else math.nan
+    out["batch_tokens_per_s"] = math.nan
+    if {"batch_index", "batch_tokens_per_s"} <= set(g.columns) and g["batch_index"].notna().any():
+        calls = g[g["batch_index"].notna()].groupby(["run_id", "repeat", "batch_index"], dropna=False)
+        wall, rate = num(calls["wall_time_s"].first()), num(calls["batch_tokens_per_s"].first())
+        out["batch_tokens_per_s"] = float((rate * wall).sum() / wall.sum())
     drafts = num(g["draft_forwards"]).fillna(0) > 0 if "draft_forwards" in g else pd.Series(False, index=g.index)
     decode = num(g["decode_tokens_per_s"]).notna() if "decode_tokens_per_s" in g else pd.Series(False, index=g.index)
     untimed = drafts & decode & (num(g["draft_prefill_s"]).isna() if "draft_prefill_s" in g else True)
     out["_untimed_prefill_rows"] = int(untimed.sum())  # one warning per group: _untimed_prefill_warning
     return out
+
+
+def resampling_units(g: pd.DataFrame) -> pd.Series:
+    """What the bootstrap of speed figures resamples, per row: its sample (``task/sample_id``), or for a request of
+    a static batch (``batch_index`` set) its batch: the requests of one batch share one call's time, so they are
+    one observation of speed, not ``B``."""
+    units = g["sample_id"].astype(str)
+    if "batch_index" in g:
+        batch = g["batch_index"]
+        units = units.where(batch.isna(), "batch " + batch.map(fmt_value))
+    return g["task"].astype(str) + "/" + units
 
 
 def cell_stats(g: pd.DataFrame, n_boot: int, level: float, seed: int, disagree_rel: float,
@@ -222,7 +241,7 @@ def cell_stats(g: pd.DataFrame, n_boot: int, level: float, seed: int, disagree_r
     paired = np.isfinite(ratio) & np.isfinite(v_wall) & np.isfinite(v_new) & np.isfinite(wall)
     dpaired = np.isfinite(decode)
     fin = np.isfinite(tps)
-    clusters = (g["task"].astype(str) + "/" + g["sample_id"].astype(str)).tolist()
+    clusters = resampling_units(g).tolist()
     w = bootstrap_weights(clusters, n_boot, seed)
     one = np.ones((1, len(g)))
 
