@@ -11,6 +11,12 @@ every decoder configuration's speedup (the report's: the mean of per-sample spee
 same run) and each decoder class's mean speedup. An entry written again replaces the old one of its class, so the
 table follows the latest measurement; ``source`` names the runs it came from. Rows of another machine class never
 mix. Exit 2 with one line when a run has no usable rows.
+
+Static batches (rows with ``batch_size`` > 1, ``experiment=batch_sweep``) give the entry's ``batch`` block, one item
+per batch size (:func:`batch_costs`): vanilla's batch throughput as a multiple of its batch-1 tokens/s in the same
+runs, and each decoder's speedup over vanilla at that batch size. The other fields come from batch-1 rows only. With
+``--batch-only`` only the ``batch`` block is merged into the class's existing entry (its batch-1 costs stay those of
+their own runs); an entry written without batch rows keeps the old entry's ``batch`` block.
 """
 
 from __future__ import annotations
@@ -43,6 +49,43 @@ def lengths(vanilla) -> dict[str, float]:
             "capped_share": round(float((new >= top).mean()), 4)}
 
 
+def batch_costs(rows) -> dict[str, dict]:
+    """The ``batch`` block of one machine class's ok rows: ``{"<B>": {"throughput_ratio", "base_tokens_per_s",
+    "speedup", "class_speedup", "budget"}}`` for each ``batch_size`` B > 1 measured with vanilla:
+    ``base_tokens_per_s`` = vanilla's mean tokens/s at batch size 1 in the same rows (prefill included; none without
+    batch-1 vanilla rows), ``throughput_ratio`` = vanilla's batch throughput at B (``batch_tokens_per_s`` as the report
+    totals it) / ``base_tokens_per_s``; ``speedup`` the report's paired speedup at B per decoder configuration,
+    ``class_speedup`` its mean per decoder class; ``budget`` the largest ``max_new_tokens``."""
+    import pandas as pd
+
+    from harness.rows import metrics
+    from harness.rows.values import num
+
+    if "batch_size" not in rows:
+        return {}
+    size = num(rows["batch_size"]).fillna(1)
+    single = rows[(size == 1) & (rows["decoder"] == "vanilla")]
+    base = float(num(single["tokens_per_s"]).mean()) if not single.empty else float("nan")
+    out: dict[str, dict] = {}
+    for b, g in rows[size > 1].groupby(size[size > 1]):
+        if not (g["decoder"] == "vanilla").any() or not base > 0:
+            continue
+        agg = metrics.aggregate(g)
+        vanilla = agg[agg["decoder"] == "vanilla"]
+        ratio = float(num(vanilla["batch_tokens_per_s"]).mean()) / base
+        if not ratio > 0:
+            continue
+        speedup = {str(d): round(float(v), 4) for d, v in agg.groupby("decoder")["speedup"].mean().items()
+                   if d != "vanilla" and pd.notna(v)}
+        classes = agg.assign(cls=agg["decoder_class"].astype(str).str.rsplit(".", n=1).str[-1])
+        out[str(int(b))] = {"throughput_ratio": round(ratio, 4), "base_tokens_per_s": round(base, 4),
+                            "speedup": speedup,
+                            "class_speedup": {str(c): round(float(v), 4) for c, v in
+                                              classes.groupby("cls")["speedup"].mean().items() if pd.notna(v)},
+                            "budget": int(num(g["max_new_tokens"]).max())}
+    return out
+
+
 def entries(run_dirs: list[str]) -> dict[str, dict]:
     """Cost entries by machine-class key from the runs' rows (ok rows paired with vanilla, as the report counts)."""
     import pandas as pd
@@ -56,7 +99,9 @@ def entries(run_dirs: list[str]) -> dict[str, dict]:
         return {}
     ok = rows[rows["status"] == "ok"]
     out: dict[str, dict] = {}
-    for (model, dtype, isa), g in ok.groupby(["model", "dtype", "cpu_isa"], dropna=True):
+    for (model, dtype, isa), both in ok.groupby(["model", "dtype", "cpu_isa"], dropna=True):
+        batches = batch_costs(both)
+        g = both[num(both["batch_size"]).fillna(1) == 1] if "batch_size" in both else both
         agg = metrics.aggregate(g)
         vanilla = g[g["decoder"] == "vanilla"]
         if vanilla.empty:
@@ -78,8 +123,28 @@ def entries(run_dirs: list[str]) -> dict[str, dict]:
             "samples": int(vanilla["sample_id"].nunique()),
             "source": [str(Path(r)) for r in run_dirs
                        if any(Path(d).resolve().is_relative_to(Path(r).resolve()) for d in g["run_dir"].unique())],
+            **({"batch": batches} if batches else {}),
         }
     return out
+
+
+def merge(table: dict, found: dict[str, dict], batch_only: bool) -> list[str]:
+    """Write ``found`` entries into ``table`` (the module docstring's rules); the keys it could not write
+    (``batch_only`` for a class without an entry, or runs without batch rows)."""
+    refused = []
+    for key, entry in found.items():
+        old = table["entries"].get(key)
+        if batch_only:
+            if old is None or not entry.get("batch"):
+                refused.append(key)
+                continue
+            old["batch"] = {**old.get("batch", {}), **entry["batch"]}
+            old["batch_source"] = entry["source"]
+        else:
+            if old is not None and "batch" not in entry and "batch" in old:
+                entry = {**entry, "batch": old["batch"], "batch_source": old.get("batch_source", old["source"])}
+            table["entries"][key] = entry
+    return refused
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="run folders, sweep folders or results.jsonl files")
     parser.add_argument("--write", action="store_true", help=f"merge the entries into {COSTS_FILE.name}")
     parser.add_argument("--table", type=Path, default=COSTS_FILE, help="the cost table (default: %(default)s)")
+    parser.add_argument("--batch-only", action="store_true",
+                        help="with --write: merge only the batch block (batch sizes > 1) into existing entries")
     args = parser.parse_args(argv)
     missing = [r for r in args.runs if not Path(r).exists()]
     if missing:
@@ -100,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(found, indent=1, sort_keys=True))
     if args.write:
         table = load_costs(args.table)
-        table["entries"].update(found)
+        refused = merge(table, found, args.batch_only)
+        if refused:
+            print(f"error: --batch-only needs batch rows and an existing entry of the class: none for "
+                  f"{', '.join(refused)}; write the whole entry first (without --batch-only)", file=sys.stderr)
+            return 2
         args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
         print(f"wrote {len(found)} entr{'y' if len(found) == 1 else 'ies'} into {args.table}")
     return 0

@@ -3,6 +3,7 @@ the cost table from measured runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -145,3 +146,71 @@ def test_costs_py_writes_an_entry_per_machine_class(tmp_path):
     bad = subprocess.run([sys.executable, "benchmarks/costs.py", str(tmp_path / "nope")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: no such run folder")
+
+
+BATCHED = dict(ENTRY, batch={"2": {"throughput_ratio": 2.0, "base_tokens_per_s": 5.0, "speedup": {"speculative": 1.5},
+                                   "class_speedup": {"SpeculativeDecoder": 1.2}, "budget": 64}},
+               batch_source=["results/b"])
+
+
+def test_a_batch_job_is_priced_by_the_batch_costs_measured_at_or_below_its_size():
+    # Reproducer: batch jobs were priced as single-request calls (experiment=batch_sweep said ~1.9 h; it took 27.5 min)
+    decoders = {"vanilla": "decoders.vanilla.VanillaDecoder", "speculative": "decoders.speculative.SpeculativeDecoder",
+                "speculative_wide": "decoders.speculative.SpeculativeDecoder"}
+    job = estimate.Job("humaneval", decoders, cells=8, tokens=50, warmup_calls=1, warmup_tokens=10, batch_size=3)
+    seconds, unmeasured = estimate.price(job, BATCHED)  # batch size 3 is priced by the costs measured at 2
+    per = (8 * 50 / 5.0 + 1 * 3 * 10 / 5.0) / 2.0      # cells and warm-up rows at base speed / throughput ratio
+    assert seconds == pytest.approx(per / 1.0 + per / 1.5 + per / 1.2) and unmeasured == ["speculative_wide"]
+    line = estimate.estimate([job], 1, "k", {"entries": {"k": BATCHED}})
+    assert "batch size 3 by 2 priced by the batch costs measured at that size (results/b)" in line
+    alone = estimate.Job("humaneval", decoders, cells=8, tokens=50, warmup_calls=1, warmup_tokens=10)
+    assert estimate.price(dataclasses.replace(job, batch_size=1), BATCHED) == estimate.price(alone, ENTRY)
+    single = estimate.estimate([job], 1, "k", {"entries": {"k": ENTRY}})  # no batch costs: the upper bound, said
+    assert "batch size 3 priced as single-request calls: an upper bound" in single
+    assert estimate.price(job, ENTRY) == estimate.price(alone, ENTRY)
+
+
+def _batch_rows():
+    """Fixture rows at batch size 1 (speculative 2x) and the same rows as batch size 2 (speculative 1.5x, vanilla's
+    batch throughput 3x its batch-1 tokens/s)."""
+    rows = fixture_rows("a", tasks=["humaneval"], n=6, ttft_share=0.1)
+    for r in rows:
+        r["cpu_isa"], r["batch_size"] = "avx2", 1
+    vanilla = {r["sample_id"]: r for r in rows if r["decoder"] == "vanilla"}
+    base = sum(r["tokens_per_s"] for r in vanilla.values()) / len(vanilla)
+    batched = []
+    for r in rows:
+        factor = 1.5 if r["decoder"] == "speculative" else 1.0
+        rate = vanilla[r["sample_id"]]["tokens_per_s"] * factor
+        index = int(r["sample_id"].rsplit("/", 1)[1])
+        batched.append(dict(r, run_id="b2", batch_size=2, batch_index=index // 2, batch_rows=2, tokens_per_s=rate,
+                            wall_time_s=r["new_tokens"] / rate, batch_tokens_per_s=3 * base * factor))
+    return rows, batched, base
+
+
+def test_costs_py_writes_batch_costs_and_merges_them_alone(tmp_path):
+    rows, batched, base = _batch_rows()
+    write_run(tmp_path / "single", rows)
+    write_run(tmp_path / "sweep" / "0_b1", rows)  # one job per batch size, as experiment=batch_sweep writes them
+    write_run(tmp_path / "sweep" / "1_b2", batched)
+    table = tmp_path / "costs.json"
+
+    def costs(*args):
+        return subprocess.run([sys.executable, "benchmarks/costs.py", *args, "--write", "--table", str(table)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+    refused = costs(str(tmp_path / "sweep"), "--batch-only")  # no entry of the class yet
+    assert refused.returncode == 2 and "--batch-only needs batch rows and an existing entry" in refused.stderr
+    assert costs(str(tmp_path / "single")).returncode == 0
+    single = json.loads(table.read_text())["entries"]["fixture|float32|avx2"]
+    assert "batch" not in single
+    assert costs(str(tmp_path / "sweep"), "--batch-only").returncode == 0
+    entry = json.loads(table.read_text())["entries"]["fixture|float32|avx2"]
+    block = entry["batch"]["2"]
+    assert block["base_tokens_per_s"] == pytest.approx(base, rel=1e-3)
+    assert block["throughput_ratio"] == pytest.approx(3.0, rel=1e-3)
+    assert block["speedup"]["speculative"] == pytest.approx(1.5, rel=1e-3)
+    assert {k: v for k, v in entry.items() if k not in ("batch", "batch_source")} == single  # batch-1 costs kept
+    assert entry["batch_source"] == [str(tmp_path / "sweep")]
+    assert costs(str(tmp_path / "single")).returncode == 0  # rewritten without batch rows: the batch block stays
+    assert json.loads(table.read_text())["entries"]["fixture|float32|avx2"]["batch"] == entry["batch"]

@@ -9,9 +9,16 @@ over all, and each measured decoder configuration's speedup (and each decoder cl
 ``d`` costs ``prefill_s + tokens / (vanilla_tokens_per_s * speedup_d)`` with ``tokens`` the new tokens a call is
 expected to emit (:func:`expected_tokens`: from the answer lengths the entry measured for the task, else the whole
 budget); a job costs its cells (samples x turns x repeats, for every decoder) and the warm-up calls; a sweep costs
-its jobs. A decoder configuration the table has not measured is priced by the mean of its class's measured configurations, else at
-vanilla's speed, and the line names it. No estimate without an entry for the machine class (a GPU, another CPU,
+its jobs. A decoder configuration the table has not measured is priced by the mean of its class's measured
+configurations, else at vanilla's speed, and the line names it. No estimate without an entry for the machine class (a GPU, another CPU,
 another dtype): the line says what would add one.
+
+A job at ``runner.batch_size`` B > 1 is priced by the entry's ``batch`` block (``experiment=batch_sweep`` rows,
+:func:`batch_point`), all of it from one sweep on one machine: at the largest measured batch size B' <= B, a request
+of ``tokens`` costs ``tokens / base_tokens_per_s`` (vanilla's batch-1 tokens/s in that sweep, prefill included)
+divided by vanilla's throughput ratio at B' and by the decoder's speedup at B'. Throughput grows with the batch size,
+so pricing B by B' <= B errs long. Without a measured B' the requests are priced as single-request calls (an upper
+bound), and the line says which.
 """
 
 from __future__ import annotations
@@ -42,8 +49,7 @@ class Job:
         tokens: the generation budget per call (new tokens at most).
         warmup_calls: untimed calls per decoder, of ``warmup_tokens`` tokens each.
         warmup_tokens: new tokens of a warm-up call.
-        batch_size: ``runner.batch_size`` (priced as that many single-request calls: an upper bound, the cost table
-            holds no batched costs yet).
+        batch_size: ``runner.batch_size`` (priced by the entry's batch costs: the module docstring).
     """
 
     task: str
@@ -104,9 +110,21 @@ def expected_tokens(budget: int, measured: Mapping[str, Any]) -> float:
     return float(min(budget, mean + capped * (budget - b0)))
 
 
+def batch_point(entry: Mapping[str, Any], size: int) -> tuple[int, Mapping[str, Any]] | None:
+    """``(B', costs)``: the entry's batch costs at the largest measured batch size ``B' <= size``; None at batch
+    size 1 or when none was measured."""
+    if size <= 1:
+        return None
+    measured = sorted((int(b), c) for b, c in (entry.get("batch") or {}).items() if int(b) <= size)
+    return measured[-1] if measured else None
+
+
 def price(job: Job, entry: Mapping[str, Any]) -> tuple[float, list[str]]:
     """``(seconds, unmeasured)``: the job's expected wall time on the machine class of ``entry`` (a cost table
     entry), and its decoder configurations that entry has not measured (priced by their class, else as vanilla)."""
+    point = batch_point(entry, job.batch_size)
+    if point is not None:
+        return _batch_price(job, entry, point[1])
     here = entry.get("tasks", {}).get(job.task, {})
     v = float(here.get("vanilla_tokens_per_s", entry["vanilla_tokens_per_s"]))
     prefill = float(here.get("prefill_s", entry["prefill_s"]))
@@ -122,6 +140,23 @@ def price(job: Job, entry: Mapping[str, Any]) -> tuple[float, list[str]]:
                 unmeasured.append(name)
         rate = v * max(float(speedup), 1e-3)
         total += job.cells * (prefill + tokens / rate) + job.warmup_calls * (prefill + job.warmup_tokens / rate)
+    return total, unmeasured
+
+
+def _batch_price(job: Job, entry: Mapping[str, Any], point: Mapping[str, Any]) -> tuple[float, list[str]]:
+    """:func:`price` of a job at batch size > 1 by the batch costs ``point`` (the module docstring)."""
+    here = entry.get("tasks", {}).get(job.task, {})
+    v = max(float(point["base_tokens_per_s"]), 1e-3)  # prefill included
+    ratio = max(float(point["throughput_ratio"]), 1e-3)
+    single = expected_tokens(job.tokens, here) / v  # one request at batch size 1, as vanilla
+    warm = job.warmup_calls * job.batch_size * job.warmup_tokens / v
+    total, unmeasured = 0.0, []
+    for name, target in job.decoders.items():
+        speedup = 1.0 if name == "vanilla" else point.get("speedup", {}).get(name)
+        if speedup is None:
+            speedup = point.get("class_speedup", {}).get(target.rsplit(".", 1)[-1], 1.0)
+            unmeasured.append(name)
+        total += (job.cells * single + warm) / (ratio * max(float(speedup), 1e-3))
     return total, unmeasured
 
 
@@ -161,9 +196,15 @@ def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[st
     if unmeasured:
         line += f"; not measured, priced by their class or as vanilla: {', '.join(unmeasured)}"
     batched = sorted({j.batch_size for j in jobs if j is not None and j.batch_size > 1})
-    if batched:
-        line += (f"; batch size {', '.join(map(str, batched))} priced as single-request calls: an upper bound (no "
-                 "batched costs in the table yet)")
+    points = {b: batch_point(entry, b) for b in batched}
+    if any(p is not None for p in points.values()):
+        by = [f"{b} by {p[0]}" for b, p in points.items() if p is not None]
+        line += (f"; batch size {', '.join(by)} priced by the batch costs measured at that size "
+                 f"({', '.join(entry.get('batch_source', entry.get('source', []))) or '?'})")
+    single = [b for b, p in points.items() if p is None]
+    if single:
+        line += (f"; batch size {', '.join(map(str, single))} priced as single-request calls: an upper bound (no "
+                 "batched costs measured at or below it)")
     return line
 
 
