@@ -106,6 +106,7 @@ class FixedTreeDecoder(DraftingDecoder, settings=FixedTreeSettings, uses_draft=T
     name = "fixed_tree"
     draft_shape = "tree"
     supports_sampling = True
+    supports_batch = True
 
     def _build(self) -> None:
         self.shape = TreeShape.of(self.paths)

@@ -48,6 +48,7 @@ from typing import Any, Sequence
 import torch
 
 from decoders.common.base import DraftingDecoder
+from decoders.common.batch import PerRow
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
 from decoders.common.lookahead_step import LookaheadBranches, LookaheadPlan
@@ -108,7 +109,15 @@ class LookaheadDecoder(DraftingDecoder, settings=LookaheadSettings, uses_draft=F
         self.pool.clear()
 
     def proposer(self) -> "_WindowAndPool":
-        return _WindowAndPool(self)
+        return _WindowAndPool(self, self.pool)
+
+    def batch_proposer(self, rows: int) -> PerRow:
+        """One proposer per row; under ``pool_scope="sample"`` each row has a pool of its own (every request starts
+        cold, as at batch size 1), under ``"task"`` the rows share the task's pool (a request also sees the
+        n-grams its batch mates harvest as they are made)."""
+        if self.pool_scope == "task":
+            return PerRow(self.proposer, rows)
+        return PerRow(lambda: _WindowAndPool(self, NGramPool(self.ngram_size, self.guess_set_size)), rows)
 
 
 class _WindowAndPool:
@@ -116,15 +125,16 @@ class _WindowAndPool:
     the pool n-grams keyed by the pending token, in the lookahead layout (the pending token is layout index 0,
     so node ``i`` of the tree is layout index ``i + 1``)."""
 
-    def __init__(self, decoder: LookaheadDecoder):
-        self.decoder = decoder  # its settings and its pool (kept across samples under ``pool_scope="task"``)
-        self.branches = LookaheadBranches(decoder.pool, decoder.window_size, decoder.ngram_size, decoder.seed)
+    def __init__(self, decoder: LookaheadDecoder, pool: NGramPool):
+        self.decoder = decoder  # its settings
+        self.pool = pool  # the decoder's (kept across samples under ``pool_scope="task"``), or a batch row's own
+        self.branches = LookaheadBranches(pool, decoder.window_size, decoder.ngram_size, decoder.seed)
         self.plan: LookaheadPlan | None = None
 
     def start(self, prompt: list[int]) -> None:
         """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), draw the
         window from the prompt."""
-        start_pool(self.decoder.pool, prompt, self.decoder.pool_scope, self.decoder.pool_from_prompt)
+        start_pool(self.pool, prompt, self.decoder.pool_scope, self.decoder.pool_from_prompt)
         self.branches.start(prompt)
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
@@ -153,5 +163,5 @@ class _WindowAndPool:
             "pool_from_prompt": d.pool_from_prompt,
             "pool_hit_rate": self.branches.pool_hits / len(steps) if steps else 0.0,
             "guess_tokens_fed": stats.get("guess_tokens_fed", 0),
-            "pool_entries": len(d.pool),
+            "pool_entries": len(self.pool),
         }

@@ -110,6 +110,7 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
     name = "opt_tree"
     draft_shape = "tree"
     supports_sampling = True
+    supports_batch = True
 
     def _build(self) -> None:
         self.threshold = float(self.threshold)

@@ -72,6 +72,7 @@ from typing import Any, Sequence
 import torch
 
 from decoders.common.base import DraftingDecoder
+from decoders.common.batch import PerRow
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
 from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
@@ -262,6 +263,7 @@ class OuroborosDecoder(DraftingDecoder, settings=OuroborosSettings, uses_draft=T
     name = "ouroboros"
     draft_shape = "phrases"
     supports_sampling = True
+    supports_batch = True
 
     def _build(self) -> None:
         self.stop_confidence, self.branch_confidence = float(self.stop_confidence), float(self.branch_confidence)
@@ -291,7 +293,15 @@ class OuroborosDecoder(DraftingDecoder, settings=OuroborosSettings, uses_draft=T
         return out
 
     def proposer(self) -> "_PhraseTree":
-        return _PhraseTree(self)
+        return _PhraseTree(self, self.pool)
+
+    def batch_proposer(self, rows: int) -> PerRow:
+        """One proposer per row, its draft model run for that row alone (batch size 1: the draft forwards of a
+        step are not batched); under ``pool_scope="sample"`` each row has a phrase pool of its own (every request
+        starts cold, as at batch size 1), under ``"task"`` the rows share the task's pool."""
+        if self.pool_scope == "task":
+            return PerRow(self.proposer, rows)
+        return PerRow(lambda: _PhraseTree(self, NGramPool(self.ngram_size, self.guess_set_size)), rows)
 
 
 class _PhraseTree:
@@ -302,9 +312,10 @@ class _PhraseTree:
     into the pool once the target has verified them).
     """
 
-    def __init__(self, decoder: OuroborosDecoder):
-        d = self.decoder = decoder  # its settings, pool and draft head
-        self.drafter = LookaheadDrafter(d.draft_model, d.pool, d.window_size, d.ngram_size, d.seed,
+    def __init__(self, decoder: OuroborosDecoder, pool: NGramPool):
+        d = self.decoder = decoder  # its settings and draft head
+        self.pool = pool  # the decoder's (kept across samples under ``pool_scope="task"``), or a batch row's own
+        self.drafter = LookaheadDrafter(d.draft_model, pool, d.window_size, d.ngram_size, d.seed,
                                         eos_token_ids=d.eos_token_ids, head=d.draft_head, confidence=d.confidence,
                                         sampling=d.sampling)
         self.draftable = False
@@ -317,7 +328,7 @@ class _PhraseTree:
         """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), start the
         drafter."""
         d = self.decoder
-        start_pool(d.pool, prompt, d.pool_scope, d.pool_from_prompt, vocab_limit=d.vocab.embed)
+        start_pool(self.pool, prompt, d.pool_scope, d.pool_from_prompt, vocab_limit=d.vocab.embed)
         self.draftable = d.vocab.can_embed(prompt)
         if self.draftable:
             self.drafter.start(prompt)
@@ -352,7 +363,7 @@ class _PhraseTree:
         suffix_len = max(0, min(d.ngram_size - 1, remaining - 1 - g, max_depth - g))
         suffixes: list[tuple[int, ...]] = []
         if suffix_len and d.topk and key not in eos:
-            suffixes = list(dict.fromkeys(s[:suffix_len] for s in d.pool.topk(key, d.topk)))
+            suffixes = list(dict.fromkeys(s[:suffix_len] for s in self.pool.topk(key, d.topk)))
         branches: list[tuple[int, tuple[int, ...]]] = []
         if d.branch_confidence and draft.top_probs:
             unsure = sorted((p, i) for i, p in enumerate(draft.top_probs) if p < d.branch_confidence)
@@ -361,7 +372,7 @@ class _PhraseTree:
                 length = min(d.ngram_size, remaining - 1 - i, max_depth - i)
                 if alt < 0 or length < 1:
                     continue
-                phrase = d.pool.topk(alt, 1)
+                phrase = self.pool.topk(alt, 1)
                 tokens = truncate_at_stop([alt, *(phrase[0] if phrase else ())], eos, length)
                 branches.append((i, tuple(tokens)))
         self.proposal = Proposal(trunk, free, suffixes, branches, draft.forwards, draft.tokens_fed,
@@ -373,7 +384,7 @@ class _PhraseTree:
         d, proposal = self.decoder, self.proposal
         pending = context[-len(verdict.emitted) - 1]
         g = len(proposal.trunk)
-        recycle_verification(d.pool, proposal.key if proposal.key is not None else pending, proposal.suffixes,
+        recycle_verification(self.pool, proposal.key if proposal.key is not None else pending, proposal.suffixes,
                              proposal.trunk, verdict.preds, sum(k < g for k in verdict.path), d.vocab.embed)
         if self.draftable and not d.vocab.can_embed(verdict.emitted):
             self.draftable = False
@@ -409,7 +420,7 @@ class _PhraseTree:
                                 else 0.0),
             "suffix_tokens_fed": stats.get("suffix_fed", 0),
             "suffix_tokens_accepted": sum(suffix_kept),
-            "pool_entries": len(d.pool),
+            "pool_entries": len(self.pool),
         }
         if d.free_draft_min_match:
             free_acc = sum(s.source.get("free", 0) for s in steps)

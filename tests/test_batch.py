@@ -21,8 +21,10 @@ from decoders.common.forward import forward, new_cache
 from decoders.common.kv_cache import keep_path
 from decoders.common.sampling import SamplingConfig
 from decoders.common.tree import tree_attention
+from decoders.fixed_tree import FixedTreeDecoder
 from decoders.lookahead import LookaheadDecoder
 from decoders.opt_tree import OptTreeDecoder
+from decoders.ouroboros import OuroborosDecoder
 from decoders.prompt_lookup import PromptLookupDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
@@ -42,7 +44,24 @@ BATCHED = {
                                                               eos_token_ids=eos, sampling=s),
     "lookahead": lambda t, d, eos, s: LookaheadDecoder(t, window_size=4, ngram_size=3, guess_set_size=4,
                                                        eos_token_ids=eos, sampling=s),
+    "lookahead/task": lambda t, d, eos, s: LookaheadDecoder(t, window_size=4, ngram_size=3, guess_set_size=4,
+                                                            pool_scope="task", eos_token_ids=eos, sampling=s),
+    "ouroboros": lambda t, d, eos, s: OuroborosDecoder(t, d, gamma=5, window_size=4, ngram_size=4, guess_set_size=4,
+                                                       topk=3, eos_token_ids=eos, sampling=s),
+    "opt_tree": lambda t, d, eos, s: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5,
+                                                    eos_token_ids=eos, sampling=s),
+    "opt_tree/hybrid": lambda t, d, eos, s: OptTreeDecoder(t, d, num_nodes=12, threshold=0.0, max_depth=5,
+                                                           copy_tokens=6, guess_tokens=3, eos_token_ids=eos,
+                                                           sampling=s),
+    "fixed_tree": lambda t, d, eos, s: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [0, 0, 0]],
+                                                        eos_token_ids=eos, sampling=s),
 }
+#: Decoders whose rows share state in a batch (a task-scoped pool: a row also sees its batch mates' n-grams), so
+#: their proposals, not their tokens, may differ from batch size 1.
+SHARED_STATE = {"lookahead/task"}
+#: Decoders whose batch proposer is one batch-1 proposer per row (:class:`decoders.common.batch.PerRow`): each row
+#: makes the same random draws as at batch size 1.
+PER_ROW = ["prompt_lookup", "lookahead", "ouroboros", "opt_tree", "opt_tree/hybrid", "fixed_tree"]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +95,10 @@ def test_each_row_equals_vanilla_alone(name, size, target, noisy_draft, rows):
         assert all(s.accepted <= s.drafted for s in result.steps)
     if name != "vanilla":
         assert sum(s.accepted for r in results for s in r.steps) > 0  # drafts were accepted: the rule ran
+    if name not in SHARED_STATE:  # each row drafts and accepts what it does alone: the same accept lengths
+        alone = [decoder.generate(x, MAX_NEW) for x in ids[:size]]
+        assert [[(s.accepted, s.drafted) for s in r.steps] for r in results] == \
+            [[(s.accepted, s.drafted) for s in a.steps] for a in alone]
 
 
 def test_rows_finish_in_order_of_their_lengths(target, noisy_draft, rows):
@@ -108,8 +131,11 @@ def test_one_row_batch_is_generate(target, noisy_draft, rows):
 
 def test_decoders_without_batches_refuse(target, noisy_draft, rows):
     ids, eos, _ = rows
-    decoder = OptTreeDecoder(target, noisy_draft, num_nodes=4, eos_token_ids=eos)
-    assert not decoder.supports_batch
+
+    class NoBatches(OptTreeDecoder):
+        supports_batch = False
+
+    decoder = NoBatches(target, noisy_draft, num_nodes=4, eos_token_ids=eos)
     with pytest.raises(ValueError, match="does not decode batches: use runner.batch_size=1"):
         decoder.generate_batch(ids[:2], 4)
 
@@ -217,6 +243,19 @@ def test_batched_vanilla_sampling_draws_what_each_row_draws_alone(target, rows):
     batched = decoder.generate_batch(ids[:5], MAX_NEW, generators=[torch.Generator().manual_seed(i) for i in range(5)])
     alone = [decoder.generate(x, MAX_NEW, generator=torch.Generator().manual_seed(i)) for i, x in enumerate(ids[:5])]
     assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+
+
+@pytest.mark.parametrize("name", PER_ROW)
+def test_per_row_sampling_draws_what_each_row_draws_alone(name, target, noisy_draft, rows):
+    """A per-row proposer makes each row's draws from its own generator in batch-1 order: each row's sampled tokens
+    are those of batch-1 sampling with the same generator, so its distribution is batch-1's (whose distribution
+    tests: tests/test_sampling_decoders.py, tests/test_sampling_lookahead.py)."""
+    ids, eos, expected = rows
+    decoder = BATCHED[name](target, noisy_draft, eos, SamplingConfig(**WARPERS))
+    batched = decoder.generate_batch(ids[:5], MAX_NEW, generators=[torch.Generator().manual_seed(i) for i in range(5)])
+    alone = [decoder.generate(x, MAX_NEW, generator=torch.Generator().manual_seed(i)) for i, x in enumerate(ids[:5])]
+    assert [r.token_ids for r in batched] == [r.token_ids for r in alone]
+    assert [r.token_ids for r in batched] != expected[:5]  # it sampled
 
 
 @pytest.fixture(scope="module")

@@ -36,13 +36,21 @@ def test_batches_write_one_row_per_request(tmp_path):
     assert (summary["equal_to_vanilla"].dropna() == 1).all()
 
 
+def test_drafting_models_per_row_in_a_batch_job(tmp_path):
+    run_tiny_job(tmp_path, "decoder=[vanilla,opt_tree,ouroboros,fixed_tree]", "task.limit=3", "runner.batch_size=3",
+                 max_new_tokens=8)
+    rows = result_rows(tmp_path)
+    assert len(rows) == 12 and all(r["status"] == "ok" and r["matches_vanilla"] is True for r in rows)
+    assert {r["batch_rows"] for r in rows} == {3}
+
+
 def test_bootstrap_resamples_batches():
     rows = pd.DataFrame({"task": ["t"] * 4, "sample_id": ["a", "b", "c", "d"], "batch_index": [0, 0, 1, None]})
     assert list(resampling_units(rows)) == ["t/batch 0", "t/batch 0", "t/batch 1", "t/d"]
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["runner.batch_size=2", "decoder=[vanilla,opt_tree]"], "decoder 'opt_tree' does not decode batches"),
+    (["runner.batch_size=2", "decoder=[vanilla,hf_assisted]"], "decoder 'hf_assisted' does not decode batches"),
     (["runner.batch_size=2", "decoder=[vanilla,hf_greedy]"], "decoder 'hf_greedy' does not decode batches"),
     (["runner.batch_size=2", "task=mt_bench", "model.chat_template=true", "task.data_path={mt_bench}",
       "decoder=[vanilla]"], "multi-turn samples"),
