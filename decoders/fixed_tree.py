@@ -32,6 +32,8 @@ import torch
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
+from decoders.common.heads import draft_head
+from decoders.common.tree import depth_first
 from decoders.common.tree_draft import TreeDrafter
 from decoders.settings import FixedTreeSettings, tree_levels, tree_shape_problem
 from decoders.types import StepRecord
@@ -93,6 +95,8 @@ class FixedTreeDecoder(DraftingDecoder, settings=FixedTreeSettings, uses_draft=T
         draft_model: a smaller model with the same tokenizer (required).
         paths: the tree shape, one path of ranks per node (default: EAGLE-1's 25-node tree,
             :data:`decoders.settings.EAGLE1_TREE`).
+        draft_vocab_size: ``>= 0``; 0 = off. Otherwise ranks are taken among the ``draft_vocab_size`` lowest ids
+            (BPE merge rank) plus the EOS ids only, through a reduced LM head (as OPT-Tree's option).
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (the draft's ranks are taken from its
             distributions processed as the run samples).
@@ -111,8 +115,10 @@ class FixedTreeDecoder(DraftingDecoder, settings=FixedTreeSettings, uses_draft=T
     def _build(self) -> None:
         self.shape = TreeShape.of(self.paths)
         max_rank = max(p[-1] for p in self.shape.paths)
-        if max_rank >= self.vocab.draft:
-            raise ValueError(f"paths: rank {max_rank} is beyond the draft's vocabulary ({self.vocab.draft} ids)")
+        self.draft_head = draft_head(self.draft_model, self.draft_vocab_size, self.vocab.draft, self.eos_token_ids)
+        if max_rank >= self.draft_head.columns:
+            raise ValueError(f"paths: rank {max_rank} is beyond the draft's vocabulary "
+                             f"({self.draft_head.columns} ids)")
 
     def proposer(self) -> "_FixedTreeGrower":
         return _FixedTreeGrower(self)
@@ -145,7 +151,7 @@ class _FixedTreeGrower:
             level = [-1]                   # the nodes whose children `rows` ranks (row j: level[j])
             for depth in range(1, depth_limit + 1):
                 k = 1 + max(shape.children[node][-1][0] for node in level)  # children are sorted by rank
-                top = rows.topk(k, dim=-1).indices.tolist()
+                top = self.draft.top(rows, k)[1].tolist()  # token ids by rank
                 new: list[int] = []
                 for j, node in enumerate(level):
                     for rank, child in shape.children[node]:
@@ -161,6 +167,11 @@ class _FixedTreeGrower:
                                         [shape.parent[c] for c in level])
                 forwards += 1
                 fed += len(level)
+        order = depth_first(parents)  # the path through every first-ranked child leads the tree
+        moved = {old: new for new, old in enumerate(order)}
+        tokens = [tokens[i] for i in order]
+        parents = [moved[parents[i]] if parents[i] >= 0 else -1 for i in order]
+        self.node_key = [self.node_key[i] for i in order]
         return DraftTree(tokens=tokens, parents=parents,
                          counts=DraftCounts(labels=("draft",), draft_forwards=forwards, draft_tokens_fed=fed,
                                             stats={"tree_depth": depth if tokens else 0,
@@ -171,6 +182,7 @@ class _FixedTreeGrower:
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         n, shape = len(steps), self.decoder.shape
-        return {"tree_levels": "+".join(map(str, shape.levels)),
+        out = {"draft_vocab_size": self.decoder.draft_vocab_size} if self.decoder.draft_vocab_size else {}
+        return {**out, "tree_levels": "+".join(map(str, shape.levels)),
                 "tree_depth_per_step": stats.get("tree_depth", 0) / n if n else 0.0,
                 "tree_nodes_per_step": stats.get("tree_nodes", 0) / n if n else 0.0}

@@ -60,8 +60,10 @@ from decoders.common.base import DraftingDecoder
 from decoders.common.cost import ForwardCost
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
+from decoders.common.heads import draft_head
 from decoders.common.ngram_pool import SuffixIndex
 from decoders.common.stopping import truncate_at_stop
+from decoders.common.tree import depth_first
 from decoders.common.tree_draft import TreeDrafter
 from decoders.types import StepRecord
 from decoders.settings import OptTreeSettings
@@ -99,6 +101,10 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
             occurred earlier (``n`` = 3 tried first).
         guess_tokens: ``>= 0``; 0 = off. Otherwise each draft forward also feeds up to this many guessed tokens
             (a copy from the context) under the best frontier node, kept as far as the draft ranks them.
+        draft_vocab_size: ``>= 0``; 0 = off. Otherwise the draft ranks only the ``draft_vocab_size`` lowest ids
+            (BPE merge rank, :func:`~decoders.common.heads.merge_rank_ids`) plus the EOS ids, through a reduced LM
+            head (FR-Spec, arXiv 2502.14856): cheaper draft forwards, tree nodes only from those ids. The
+            cost-aware rule times the draft with its full head (an upper bound on the reduced head's cost).
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (applied to the draft's values too).
 
@@ -114,6 +120,7 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
 
     def _build(self) -> None:
         self.threshold = float(self.threshold)
+        self.draft_head = draft_head(self.draft_model, self.draft_vocab_size, self.vocab.draft, self.eos_token_ids)
         # Measured here, at construction, so no timed cell pays for it.
         self.cost = (ForwardCost.measure(self.target_model, self.draft_model, max_tokens=self.num_nodes + 1)
                      if self.cost_aware else None)
@@ -182,7 +189,7 @@ class _TreeGrower:
         d, n = self.decoder, self.budget
         probs, fed_tokens = self.draft.first_layer(context)  # (1, V)
         forwards = 1
-        top_p, top_i = probs[0].topk(min(n, probs.shape[-1]))
+        top_p, top_i = self.draft.top(probs[0], n)
         # All candidate nodes so far: token, parent, value, depth.
         cand: list[tuple[int, int, float, int]] = [(t, -1, v, 0) for t, v in zip(top_i.tolist(), top_p.tolist())]
         best = self._select(cand)
@@ -201,8 +208,8 @@ class _TreeGrower:
             forwards += 1
             fed_tokens += len(frontier) + len(guess)
             self._guess_fed += len(guess)
-            k = min(n, probs.shape[-1])
-            top_p, top_i = probs.topk(k, dim=-1)
+            top_p, top_i = self.draft.top(probs, n)  # (F + G, k): values and token ids
+            k = top_i.shape[-1]
             if guess:
                 self._add_layer_with_guess(cand, frontier, guess, guess_keys, top_p, top_i)
             else:
@@ -232,7 +239,10 @@ class _TreeGrower:
             frontier = self._frontier(cand, best, first_new, spent, depth_limit)
         if d.cost_aware:  # `best` is the top n of `cand` on every way out of the loop
             best = best[: self._best_size(cand, best, spent)]
+        # Layer by layer in value order, then depth first (siblings in that order): the best path leads the tree.
         chosen = sorted(best, key=lambda i: (cand[i][3], -cand[i][2]))
+        index = {i: j for j, i in enumerate(chosen)}
+        chosen = [chosen[j] for j in depth_first([index[cand[i][1]] if cand[i][1] >= 0 else -1 for i in chosen])]
         index = {i: j for j, i in enumerate(chosen)}
         self.chosen = chosen
         self._last_nodes = [(cand[i][0], index[cand[i][1]] if cand[i][1] >= 0 else -1, cand[i][2], cand[i][3])
@@ -365,6 +375,8 @@ class _TreeGrower:
         if d.cost_aware:
             out["cost_aware"] = True
             out["cost_points"] = d.cost.describe() if d.cost else ""
+        if d.draft_vocab_size:
+            out["draft_vocab_size"] = d.draft_vocab_size
         if d.guess_tokens:
             out.update(guess_tokens=d.guess_tokens,
                        **{f"{key}_per_step": stats.get(key, 0) / n if n else 0.0

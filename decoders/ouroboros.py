@@ -75,7 +75,7 @@ from decoders.common.base import DraftingDecoder
 from decoders.common.batch import PerRow
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
-from decoders.common.heads import FullHead, ReducedVocabHead, merge_rank_ids
+from decoders.common.heads import draft_head
 from decoders.common.lookahead_drafter import DraftProposal, LookaheadDrafter
 from decoders.common.ngram_pool import NGramPool, SuffixIndex, start_pool
 from decoders.common.stopping import truncate_at_stop
@@ -271,11 +271,7 @@ class OuroborosDecoder(DraftingDecoder, settings=OuroborosSettings, uses_draft=T
         # The draft proposes only ids the target can embed (:class:`~decoders.common.base.DraftVocab`),
         # target-made phrases enter the pool only if the draft can embed them, and a context holding an id the
         # draft cannot embed is not drafted from.
-        self.draft_head = (
-            ReducedVocabHead(self.draft_model,
-                             merge_rank_ids(self.draft_vocab_size, self.vocab.draft, self.eos_token_ids))
-            if self.draft_vocab_size else FullHead(self.draft_model, self.vocab.draft)
-        )
+        self.draft_head = draft_head(self.draft_model, self.draft_vocab_size, self.vocab.draft, self.eos_token_ids)
         self.confidence = bool(self.stop_confidence or self.branch_confidence)
 
     def reset(self) -> None:

@@ -67,6 +67,11 @@ def _pool_from_prompt():
     return setting(False, None, "also seed the pool with the prompt's n-grams (not in the papers)")
 
 
+# The draft's reduced LM head, shared by Ouroboros and the draft trees (declared once).
+def _draft_vocab_size():
+    return setting(0, at_least(0), "draft LM head cut to the lowest-merge-rank ids (0: off)")
+
+
 @dataclass
 class LookaheadSettings:
     """Lookahead decoding (Fu et al. 2024, arXiv 2402.02057)."""
@@ -93,7 +98,7 @@ class OuroborosSettings:
     pool_from_prompt: bool = _pool_from_prompt()
     free_draft_min_match: int = setting(0, at_least(0), "copy the trunk from the context when this many tokens "
                                                         "recur (0: off)")
-    draft_vocab_size: int = setting(0, at_least(0), "draft LM head cut to the lowest-merge-rank ids (0: off)")
+    draft_vocab_size: int = _draft_vocab_size()
     stop_confidence: float = setting(0.0, between(0.0, 1.0), "stop drafting below this draft probability (0: off)")
     branch_confidence: float = setting(0.0, between(0.0, 1.0), "branch at trunk tokens below this draft "
                                                                "probability (0: off)")
@@ -117,6 +122,7 @@ class OptTreeSettings:
     guess_tokens: int = setting(0, at_least(0), "draft several levels per draft forward: up to this many tokens "
                                                 "copied from the context fed under the best frontier node; the "
                                                 "part the draft ranks in its top num_nodes joins the tree (0: off)")
+    draft_vocab_size: int = _draft_vocab_size()
 
 
 #: EAGLE-1's default draft tree: ``mc_sim_7b_63`` in SafeAILab/EAGLE ``eagle/model/choices.py`` (25 nodes over 5
@@ -137,6 +143,7 @@ class FixedTreeSettings:
 
     paths: List[List[int]] = setting(EAGLE1_TREE, None, "the tree: one path of draft ranks per node, e.g. "
                                                         "[[0],[1],[0,0]] (default: EAGLE-1's 25-node tree)")
+    draft_vocab_size: int = _draft_vocab_size()
 
 
 def tree_levels(paths: Sequence[Sequence[int]]) -> list[int]:

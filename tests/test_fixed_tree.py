@@ -57,7 +57,8 @@ def test_grows_the_shape_as_given(confident, prompt_ids):
     tree = grower.propose(context, 50, None)
     assert tree.counts.draft_forwards == 3  # layers 1, 2 and 3
     paths = [decoder.shape.paths[k] for k in grower.node_key]
-    assert paths == [(0,), (2,), (0, 0), (0, 1), (2, 0), (0, 1, 3)]  # breadth first, by rank
+    # depth first, siblings by rank: the path of first-ranked children leads (its KV stays in place when accepted)
+    assert paths == [(0,), (0, 0), (0, 1), (0, 1, 3), (2,), (2, 0)]
 
     def ranked_after(prefix):
         logits = d(torch.tensor([context + prefix])).logits[0, -1].float()
@@ -67,7 +68,7 @@ def test_grows_the_shape_as_given(confident, prompt_ids):
     for path, token in by_path.items():
         prefix = [by_path[path[:i]] for i in range(1, len(path))]
         assert ranked_after(prefix)[path[-1]] == token, path
-    assert tree.parents == [-1, -1, 0, 0, 1, 3]
+    assert tree.parents == [-1, 0, 0, 2, -1, 4]
 
 
 def test_the_token_budget_cuts_the_depth(confident, prompt_ids):
@@ -136,6 +137,26 @@ def test_a_rank_beyond_the_drafts_vocabulary_is_refused(target, noisy_draft):
     vocab = noisy_draft.get_output_embeddings().weight.shape[0]
     with pytest.raises(ValueError, match="beyond the draft's vocabulary"):
         FixedTreeDecoder(target, noisy_draft, paths=[[vocab + 5]])
+
+
+def test_a_reduced_draft_vocabulary_ranks_only_its_ids(confident, prompt_ids, eos_ids):
+    """draft_vocab_size: ranks are taken among the lowest-merge-rank ids (and EOS ids) only; lossless; a rank
+    beyond the reduced vocabulary is refused."""
+    t, d = confident
+    decoder = FixedTreeDecoder(t, d, paths=BINARY_3, draft_vocab_size=60, eos_token_ids=eos_ids)
+    vanilla = VanillaDecoder(t, eos_token_ids=eos_ids)
+    for ids in [prompt_ids[i] for i in CHOSEN]:
+        grower = _FixedTreeGrower(decoder)
+        grower.start(ids[0].tolist())
+        tree = grower.propose(ids[0].tolist(), 32, None)
+        assert tree.tokens and all(tok < 60 or tok in eos_ids for tok in tree.tokens)
+        res = decoder.generate(ids, MAX_NEW)
+        assert res.token_ids == vanilla.generate(ids, MAX_NEW).token_ids
+        assert res.extra["draft_vocab_size"] == 60
+    columns = decoder.draft_head.columns
+    with pytest.raises(ValueError, match=f"beyond the draft's vocabulary \\({columns} ids\\)"):
+        FixedTreeDecoder(t, d, paths=[[columns]], draft_vocab_size=60, eos_token_ids=eos_ids)
+    FixedTreeDecoder(t, d, paths=[[columns - 1]], draft_vocab_size=60, eos_token_ids=eos_ids)  # the last rank
 
 
 def test_needs_a_draft_model(target):

@@ -33,6 +33,8 @@ CONFIGS = {
     "guess": dict(num_nodes=16, threshold=0.0, max_depth=10, guess_tokens=6),
     "guess_small": dict(num_nodes=3, threshold=0.0, max_depth=4, guess_tokens=8),
     "guess_hybrid": dict(num_nodes=16, copy_tokens=10, draft_on_copy=True, guess_tokens=4),
+    "reduced_vocab": dict(num_nodes=16, threshold=0.0, max_depth=8, draft_vocab_size=60),
+    "reduced_vocab_guess_hybrid": dict(num_nodes=16, copy_tokens=10, guess_tokens=4, draft_vocab_size=60),
 }
 
 
@@ -244,7 +246,7 @@ def test_the_node_budget_bounds_every_verified_tree_copy_included(num_nodes, dra
     (dict(cost_aware=-1), "cost_aware=-1: must be true or false"), (dict(draft_on_copy=1), "draft_on_copy"),
     (dict(threshold=1.5), r"threshold=1.5: must be a number in \[0.0, 1.0\]"),
     (dict(copy_min_match=4), "copy_min_match=4"), (dict(copy_min_match=0), "copy_min_match=0"),
-    (dict(guess_tokens=-1), "guess_tokens=-1"),
+    (dict(guess_tokens=-1), "guess_tokens=-1"), (dict(draft_vocab_size=-1), "draft_vocab_size=-1"),
 ])
 def test_bad_settings_refused(kwargs, match, target, noisy_draft):
     with pytest.raises(ValueError, match=match):
@@ -271,3 +273,51 @@ def test_selection_is_the_top_nodes_by_value_and_a_valid_tree(confident, prompt_
     for i, p in enumerate(parents):  # values fall along every path
         if p >= 0:
             assert values[i] <= values[p] + 1e-9
+
+
+def test_a_reduced_draft_vocabulary_drafts_only_its_ids(confident, prompt_ids, eos_ids):
+    """draft_vocab_size: every draft node is one of the lowest-merge-rank ids or an EOS id (a copied node may be
+    any id), the trees differ from the full head's (which drafts higher ids on these prompts), the rows say so,
+    and the output is vanilla's."""
+    t, d = confident
+    size = 60
+    full = OptTreeDecoder(t, d, num_nodes=16, threshold=0.0, max_depth=6, eos_token_ids=eos_ids)
+    reduced = OptTreeDecoder(t, d, num_nodes=16, threshold=0.0, max_depth=6, draft_vocab_size=size,
+                             eos_token_ids=eos_ids)
+    assert reduced.draft_head.columns == size + len({e for e in eos_ids if e >= size})
+    high = 0
+    for i in (0, 1, 4):
+        ids = prompt_ids[i][0].tolist()
+        trees = {}
+        for name, decoder in (("full", full), ("reduced", reduced)):
+            grower = decoder.proposer()
+            grower.start(ids)
+            trees[name] = grower.propose(ids, 32, None).tokens
+        assert trees["reduced"] and all(tok < size or tok in eos_ids for tok in trees["reduced"]), trees
+        high += sum(tok >= size for tok in trees["full"])
+        res = reduced.generate(prompt_ids[i], MAX_NEW)
+        assert res.token_ids == VanillaDecoder(t, eos_token_ids=eos_ids).generate(prompt_ids[i], MAX_NEW).token_ids
+        assert res.extra["draft_vocab_size"] == size
+    assert high > 0, "the full head must draft ids the reduced one cannot, or this test shows nothing"
+    assert "draft_vocab_size" not in full.generate(prompt_ids[0], 4).extra
+
+
+def test_the_best_path_leads_the_verified_tree(confident, prompt_ids, eos_ids):
+    """The verified tree is laid out depth first, siblings by value: from the first node, each node's most valued
+    child comes right after it, so an accepted best path keeps its KV entries in place."""
+    t, d = confident
+    grower = OptTreeDecoder(t, d, num_nodes=16, threshold=0.0, max_depth=6, eos_token_ids=eos_ids).proposer()
+    ids = prompt_ids[1][0].tolist()
+    grower.start(ids)
+    tree = grower.propose(ids, 32, None)
+    values = [value for _, _, value, _ in grower._last_nodes]
+    assert all(p < i for i, p in enumerate(tree.parents))
+    lead = 1
+    while lead < len(tree.parents) and tree.parents[lead] == lead - 1:
+        lead += 1
+    assert lead >= 3
+    for j in range(lead):
+        siblings = [i for i, p in enumerate(tree.parents) if p == tree.parents[j]]
+        assert siblings[0] == j and values[j] == max(values[i] for i in siblings)
+    children = [i for i, p in enumerate(tree.parents) if p == lead - 1]
+    assert not children  # the leading chain ends at a leaf

@@ -85,6 +85,9 @@ TREE_DECODERS = {
                                                                 copy_tokens=3, eos_token_ids=EOS, sampling=s)),
     "opt_tree/guess": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=4,
                                                                guess_tokens=2, eos_token_ids=EOS, sampling=s)),
+    "opt_tree/reduced-vocab": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
+                                                                       draft_vocab_size=4, eos_token_ids=EOS,
+                                                                       sampling=s)),
     "fixed_tree": ("close", lambda t, d, s: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [1, 0]],
                                                              eos_token_ids=EOS, sampling=s)),
 }

@@ -135,3 +135,20 @@ def test_tree_forward_matches_path_forwards(target):
         seq = torch.cat([prefix, tree_tokens[:, path[::-1]]], dim=1)
         ref = forward(target, seq, new_cache(target), logits_to_keep=1)[0, -1]
         torch.testing.assert_close(tree_logits[i], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_depth_first_keeps_sibling_order_and_puts_the_first_children_path_first():
+    from decoders.common.tree import depth_first
+
+    assert depth_first([-1, -1, 0, 0, 1]) == [0, 2, 3, 1, 4]
+    assert depth_first([-1, 0, 1, 2]) == [0, 1, 2, 3]  # a chain stays as it is
+    assert depth_first([]) == []
+    parents = [-1, -1, 0, 0, 1, 2, 2, 3]
+    order = depth_first(parents)
+    assert sorted(order) == list(range(len(parents)))
+    moved = {old: new for new, old in enumerate(order)}
+    new_parents = [moved[parents[i]] if parents[i] >= 0 else -1 for i in order]
+    assert all(p < j for j, p in enumerate(new_parents))  # still topological
+    assert new_parents[:3] == [-1, 0, 1]  # the first children's path leads: 0 -> 2 -> 5
+    with pytest.raises(ValueError, match="not an earlier node"):
+        depth_first([-1, 2, 0])

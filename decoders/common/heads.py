@@ -46,6 +46,8 @@ class FullHead:
     def __init__(self, model: PreTrainedModel, limit: int | None = None):
         self.model = model
         self.limit = limit
+        out = model.get_output_embeddings().out_features
+        self.columns = min(limit, out) if limit is not None else out  # logit columns per position
 
     def logits(
         self,
@@ -93,6 +95,7 @@ class ReducedVocabHead:
         self.base = model.get_decoder()
         device = head.weight.device
         self.ids = ids_t.to(device)
+        self.columns = int(ids_t.numel())  # logit columns per position
         with torch.no_grad():
             self.weight = head.weight.index_select(0, self.ids).contiguous()  # (len(ids), hidden_size)
             bias = getattr(head, "bias", None)
@@ -121,6 +124,19 @@ class ReducedVocabHead:
     def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
         """Token ids of logit columns."""
         return self.ids[columns.to(self.ids.device)].to(columns.device)
+
+
+def draft_head(model: PreTrainedModel, size: int, limit: int, always: Iterable[int] = ()
+               ) -> FullHead | ReducedVocabHead:
+    """The draft's head as a decoder's ``draft_vocab_size`` setting asks: :class:`ReducedVocabHead` over
+    :func:`merge_rank_ids` ``(size, limit, always)`` when ``size >= 1``, else :class:`FullHead` over ids below
+    ``limit`` (what the target can embed and score). Built once per decoder: the reduced head copies its rows of
+    the LM head's weight (``size x hidden_size`` in the draft's dtype).
+
+    Raises:
+        ValueError: from :class:`ReducedVocabHead` (no id below ``limit``).
+    """
+    return ReducedVocabHead(model, merge_rank_ids(size, limit, always)) if size else FullHead(model, limit)
 
 
 def merge_rank_ids(size: int, limit: int, always: Iterable[int] = ()) -> list[int]:

@@ -251,3 +251,37 @@ def chain_with_branches(chain_len: int, branch_lengths: Sequence[int]) -> tuple[
         first = len(parents)
         parents.extend([chain_len - 1] + [first + j for j in range(n - 1)])
     return tuple(parents)
+
+
+def depth_first(parents: Sequence[int]) -> list[int]:
+    """A tree's nodes in depth-first pre-order, siblings kept in their given order: the order in which the draft
+    trees lay out a verified tree, so that the path through each node's first child (their most likely one) is the
+    tree's leading nodes. When that path is accepted, the KV entries to keep are already in place after
+    verification (:func:`decoders.common.kv_cache.keep_path` moves only the entries after the part in place);
+    in breadth-first order only the first node would be.
+
+    Example:
+        ``depth_first([-1, -1, 0, 0, 1])`` -> ``[0, 2, 3, 1, 4]``: the first root, its two children, the second
+        root, its child.
+
+    Args:
+        parents: each node's parent index (an earlier node) or ``-1`` for a root.
+
+    Returns:
+        the node indices in the new order (``order[j]`` = the node placed at ``j``).
+
+    Raises:
+        ValueError: if a parent is not an earlier node.
+    """
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"node {i}: parent {p} is not an earlier node")
+        children.setdefault(int(p), []).append(i)
+    order: list[int] = []
+    stack = list(reversed(children.get(-1, [])))
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(children.get(node, [])))
+    return order

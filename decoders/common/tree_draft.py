@@ -11,7 +11,12 @@ draft's KV entries of the accepted nodes it was fed. :class:`TreeDrafter` is tha
   by the proposer's own key (any int ``>= 0``; ``-1`` is the pending token);
 * :meth:`TreeDrafter.accepted` keeps the entries of the accepted path's fed prefix
   (:func:`~decoders.common.kv_cache.keep_path`) and stops drafting for the sample once the target emits an id
-  the draft cannot embed.
+  the draft cannot embed;
+* logits come from the decoder's ``draft_head`` (:func:`~decoders.common.heads.draft_head`): the draft's LM head
+  over the ids the target can score, or with ``draft_vocab_size`` a reduced head over the most frequent ids only
+  (FR-Spec, arXiv 2502.14856), so every distribution here is over the head's columns and
+  :meth:`TreeDrafter.top` names the chosen columns' token ids. The tree's nodes are candidates the target
+  verifies, so the head changes the tree, never the output.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from decoders.common.base import DraftingDecoder
 from decoders.common.driver import Verdict
-from decoders.common.forward import forward, new_cache
+from decoders.common.forward import new_cache
 from decoders.common.kv_cache import keep_path
 from decoders.common.tree import tree_attention
 
@@ -38,6 +43,7 @@ class TreeDrafter:
 
     def __init__(self, decoder: DraftingDecoder):
         self.decoder = decoder  # its draft model, shared vocabulary and sampling settings
+        self.head = decoder.draft_head  # built once per decoder (a reduced head copies its rows of the LM head)
         self.cache = new_cache(decoder.draft_model)
         self.cached = 0
         self.device = decoder.draft_model.get_input_embeddings().weight.device
@@ -50,25 +56,31 @@ class TreeDrafter:
         self.draftable = self.decoder.vocab.can_embed(prompt)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """The draft's distributions, ``torch.FloatTensor`` of shape ``(m, draft_vocab)``, from logits ``(m, V)``:
-        processed as the run samples (temperature, top-k, top-p), or a plain softmax when greedy."""
+        """The draft's distributions, ``torch.FloatTensor`` of shape ``(m, columns)``, from the head's logits
+        ``(m, columns)``: processed as the run samples (temperature, top-k, top-p), or a plain softmax when greedy.
+        Column ``c`` is token ``head.token_ids(c)`` (the identity for the full head)."""
         sampling = self.decoder.sampling
-        logits = logits[:, : self.decoder.vocab.draft].float()
+        logits = logits.float()
         return torch.softmax(logits, -1) if sampling.greedy else sampling.probs(logits)
+
+    def top(self, probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``min(k, columns)`` most likely tokens of each row of ``probs`` (``(..., columns)``, from
+        :meth:`probs`): ``(values, token_ids)``, each of shape ``(..., min(k, columns))``, by falling value."""
+        values, columns = probs.topk(min(k, probs.shape[-1]), dim=-1)
+        return values, self.head.token_ids(columns)
 
     def first_layer(self, context: list[int]) -> tuple[torch.Tensor, int]:
         """Catch the draft up on the context (the tokens it lacks, the pending token last) and start a step.
 
         Returns:
             ``(probs, fed)``: the draft's distribution after the pending token, ``torch.FloatTensor`` of shape
-            ``(1, draft_vocab)`` (:meth:`probs`), and the number of tokens fed.
+            ``(1, columns)`` (:meth:`probs`), and the number of tokens fed.
         """
         feed = context[self.cached:]
-        logits = forward(self.decoder.draft_model, torch.tensor([feed], device=self.device), self.cache,
-                         logits_to_keep=1)
+        logits = self.head.logits(torch.tensor([feed], device=self.device), self.cache, keep=1)
         self.ctx_len = self.cached = len(context)
         self.fed, self._feed_parents = {}, []
-        return self.probs(logits[0]), len(feed)
+        return self.probs(logits), len(feed)
 
     def layer(self, keys: Sequence[int], tokens: Sequence[int], parent_keys: Sequence[int]) -> torch.Tensor:
         """Feed one layer of nodes in one draft forward, each attending to the context, its fed ancestors and
@@ -80,7 +92,7 @@ class TreeDrafter:
             parent_keys: each node's parent: a key fed earlier this step, or ``-1`` (the pending token).
 
         Returns:
-            the draft's distribution after each node, ``torch.FloatTensor`` of shape ``(len(keys), draft_vocab)``.
+            the draft's distribution after each node, ``torch.FloatTensor`` of shape ``(len(keys), columns)``.
         """
         start = len(self._feed_parents)
         for key, parent in zip(keys, parent_keys):
@@ -88,9 +100,9 @@ class TreeDrafter:
             self.fed[key] = len(self.fed)
         mask, pos = tree_attention(self._feed_parents, self.ctx_len, dtype=self.decoder.draft_model.dtype,
                                    device=self.device)
-        logits = forward(self.decoder.draft_model, torch.tensor([list(tokens)], device=self.device), self.cache,
-                         position_ids=pos[:, start:], attention_mask=mask[:, :, start:])
-        return self.probs(logits[0])
+        logits = self.head.logits(torch.tensor([list(tokens)], device=self.device), self.cache,
+                                  position_ids=pos[:, start:], attention_mask=mask[:, :, start:], keep=len(tokens))
+        return self.probs(logits)
 
     def rename(self, key: int, new_key: int) -> None:
         """Give a node fed this step a new key (one fed before its proposer knew the key it would keep).

@@ -38,8 +38,10 @@ REFERENCE_TARGETS = ("decoders.vanilla.VanillaDecoder", "decoders.hf_assisted.HF
 #: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest are cheaper-drafting options).
 OUROBOROS_EXTENSIONS = ("pool_from_prompt", "free_draft_min_match", "draft_vocab_size", "stop_confidence",
                         "branch_confidence", "max_branches")
-#: Options of OPT-Tree that are not in the paper (Wang et al. 2024): the cost-aware rule, the hybrid tree, guesses.
-OPT_TREE_EXTENSIONS = ("cost_aware", "copy_tokens", "draft_on_copy", "copy_min_match", "guess_tokens")
+#: Options of OPT-Tree that are not in the paper (Wang et al. 2024): the cost-aware rule, the hybrid tree, guesses,
+#: the reduced draft vocabulary.
+OPT_TREE_EXTENSIONS = ("cost_aware", "copy_tokens", "draft_on_copy", "copy_min_match", "guess_tokens",
+                       "draft_vocab_size")
 #: Paper-faithful family -> (its schema's defaults, the options that must stay at them).
 PAPER_FAITHFUL = {
     "ouroboros": ({f.name: f.default for f in fields(OuroborosConfig)}, OUROBOROS_EXTENSIONS),
