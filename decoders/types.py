@@ -101,6 +101,7 @@ class DecodeResult:
             "num_accepted": self.num_accepted,
             "acceptance_rate": self.acceptance_rate,
             "draft_forwards": self.draft_forwards,
+            "draft_tokens_fed": sum(s.draft_tokens_fed for s in self.steps),
             "draft_forwards_per_step": (
                 sum(s.draft_forwards for s in decode_steps) / len(decode_steps) if decode_steps else 0.0
             ),

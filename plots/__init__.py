@@ -34,14 +34,16 @@ from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, P
 
 from plots.batch import speedup_vs_batch  # speculation under load: against the static batch size
 from plots.by_task import task_bars  # the papers' grouped bars per task, a module of its own
+from plots.costs import insitu_vs_bare  # step costs in situ against the bare models' cost curves
 from plots.per_sample import speedup_per_sample  # the spread of speedups over samples
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "speedup_by_task", "accept_length_by_decoder", "acceptance_by_position", "tokens_per_s_vs_param",
-    "accept_length_vs_nodes", "time_breakdown", "warm_vs_cold", "compare_speedups", "task_bars",
-    "speedup_per_sample", "speedup_vs_batch", "Style", "palette",
+    "accept_length_vs_nodes", "accept_length_vs_threshold",
+    "time_breakdown", "warm_vs_cold", "compare_speedups", "task_bars",
+    "speedup_per_sample", "speedup_vs_batch", "insitu_vs_bare", "Style", "palette",
     "save", "caption",
     "draw_all", "FIGURES",
 ]
@@ -324,6 +326,42 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
     return fig
 
 
+def accept_length_vs_threshold(agg: pd.DataFrame, subtitle: str = "", style: Style | None = None) -> Any:
+    """Accept length (left) and speedup with its CI (right) against OPT-Tree's growth threshold (``threshold``: a
+    tree stops growing when a layer adds less than it to the expected accept length) at a fixed node budget: the
+    other axis of OPT-Tree's scaling study. One line per node budget (and per combination of the tree's other
+    options, :data:`TREE_OPTIONS`) measured at two thresholds or more; run groups by line style. A cost-aware tree
+    ignores the threshold and is left out. Skipped when no budget was measured at two thresholds."""
+    if not {"threshold", "num_nodes"} <= set(agg.columns):
+        return None
+    trees = agg[agg["threshold"].notna() & agg["num_nodes"].notna()].copy()
+    if "cost_aware" in trees:
+        trees = trees[~trees["cost_aware"].map(lambda v: str(v).lower() == "true")]
+    trees["_threshold"] = pd.to_numeric(trees["threshold"], errors="coerce")
+    options = [c for c in TREE_OPTIONS if c not in ("threshold", "cost_aware") and c in trees
+               and trees[c].astype(str).nunique() > 1]
+    series = []
+    for key, s in trees.groupby(["group", "num_nodes", *options], sort=False, dropna=False):
+        if s["_threshold"].nunique() < 2:
+            continue
+        shown = ", ".join([f"nodes={fmt_tick(key[1])}", *(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[2:]))])
+        series.append((f"opt_tree ({shown})", str(key[0]), s))
+    if not series:
+        log.info("accept_length_vs_threshold skipped: no node budget measured at two thresholds or more")
+        return None
+    fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
+    _lines(axes, series, "_threshold", "accept_length", list(dict.fromkeys(group for _, group, _ in series)))
+    ticks = sorted({float(t) for _, _, s in series for t in s["_threshold"].dropna()})
+    for ax in axes:
+        ax.set_xlabel("growth threshold (stop when a layer adds less to E(accept length))", fontsize=FONT)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([fmt_tick(t) for t in ticks])
+    axes[0].set_ylabel("accept length (tokens / target forward)", fontsize=FONT)
+    set_titles(fig, "Accept length and speedup against OPT-Tree's growth threshold at a fixed node budget",
+               subtitle)
+    return fig
+
+
 #: Stacked phases of :func:`time_breakdown`: (column, legend, grey level); greys, so that no phase takes a
 #: decoder's colour (the decoders are the rows here).
 PHASES = (("prefill_ms", "prefill (both models)", "#e0e0e0"), ("draft_ms", "drafting", "#8c8c8c"),
@@ -446,11 +484,13 @@ FIGURES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "acceptance_by_position": (acceptance_by_position, ("positions",)),
     "tokens_per_s_vs_param": (tokens_per_s_vs_param, ("agg", "swept")),
     "accept_length_vs_nodes": (accept_length_vs_nodes, ("agg",)),
+    "accept_length_vs_threshold": (accept_length_vs_threshold, ("agg",)),
     "time_breakdown": (time_breakdown, ("breakdown",)),
     "warm_vs_cold": (warm_vs_cold, ("warm_cold",)),
     "task_bars": (task_bars, ("task_bars",)),
     "speedup_per_sample": (speedup_per_sample, ("per_sample", "agg")),
     "speedup_vs_batch": (speedup_vs_batch, ("agg",)),
+    "insitu_vs_bare": (insitu_vs_bare, ("bare_costs",)),
 }
 
 
@@ -460,8 +500,8 @@ def draw_all(frames: Mapping[str, Any], out_dir: str | Path, only: Sequence[str]
     in one :class:`Style` built from ``frames["agg"]`` (a decoder keeps its colour across the figures).
 
     Args:
-        frames: ``agg``, ``positions``, ``breakdown``, ``warm_cold``, ``task_bars``, ``per_sample``
-            (DataFrames) and ``swept`` (a dict), as built by :func:`harness.report.build.figure_frames`.
+        frames: ``agg``, ``positions``, ``breakdown``, ``warm_cold``, ``task_bars``, ``per_sample``,
+            ``bare_costs`` (DataFrames) and ``swept`` (a dict), as built by :func:`harness.report.build.figure_frames`.
         only: figure names; None = all that the frames support.
         subtitle: the line under every title (model pair, dtype, hardware, task size).
 

@@ -20,7 +20,8 @@ def task_bars(bars: pd.DataFrame, subtitle: str = "", style: Style | None = None
     along x, one bar per configuration in its decoder's colour with its 95% interval where the samples allow one,
     short names in the key (settings in the caption), each task's n under its name; a warm-start twin drawn as the
     hatched part above its cold configuration's bar (a warm run slower than its cold twin: a white diamond at its
-    value inside the bar). The error bars are the cold bars' intervals; warm_vs_cold draws the warm ones.
+    value inside the bar). Each bar has its own interval: the cold bar's at its top, the warm start's (black) at
+    the warm value.
 
     Args:
         bars: :func:`harness.report.figdata.task_bars` (``task, bar, warm, label, settings, speedup,
@@ -53,6 +54,14 @@ def task_bars(bars: pd.DataFrame, subtitle: str = "", style: Style | None = None
             extra = np.where(np.isfinite(wvals), np.clip(wvals - vals, 0, None), 0.0)
             ax.bar(x, extra, slot * 0.92, bottom=vals, color=colour, alpha=0.35, hatch="////", edgecolor="black",
                    linewidth=0.3, label=None if any_warm else "warm start (extra)")
+            wlo = pd.to_numeric(warm.get("speedup_low"), errors="coerce").to_numpy(dtype=float)
+            whi = pd.to_numeric(warm.get("speedup_high"), errors="coerce").to_numpy(dtype=float)
+            shown = np.isfinite(wvals) & np.isfinite(wlo) & np.isfinite(whi)
+            if shown.any():  # the warm start's own interval, at its value (the hatched part's top, or its diamond)
+                ax.errorbar(x[shown], wvals[shown], yerr=np.vstack([np.clip(wvals - wlo, 0, None)[shown],
+                                                                    np.clip(whi - wvals, 0, None)[shown]]),
+                            fmt="none", ecolor="black", elinewidth=0.6, capsize=1.2, zorder=5,
+                            label="_warm start interval")
             below = np.isfinite(wvals) & (wvals < vals)
             ax.scatter(x[below], wvals[below], marker="D", s=12, facecolors="white", edgecolors="black",
                        linewidths=0.7, zorder=4, label=None if any_warm or not below.any() else "warm start (slower)")

@@ -131,6 +131,49 @@ def test_in_situ_step_costs_in_units_of_a_vanilla_step():
     assert "verify cost" in report.theory_table(agg.reset_index()).columns
 
 
+def test_in_situ_step_costs_against_the_bare_models_cost_curves():
+    """verify_bare / draft_bare: the same in-situ seconds in units of the target's bare one-token forward
+    (bare_token_s), beside what the bare curves give at the same tokens per forward (cell_figures.step_costs)."""
+    # bare token 0.16 s: a verify of 0.24 s is 1.5 bare tokens; 5 tokens fed per verify lie between the curve's
+    # 4 (1.0) and 8 (1.2): 1.05. The draft: its prefill fed the prompt (9) and the first token, so the other 10
+    # forwards fed 30 - 10 = 20 tokens, 2 each: the draft curve gives 0.3 there; in situ 0.05 s = 0.3125.
+    g = pd.DataFrame({"ttft_s": [0.2, 0.2], "verify_time_s": [1.4, 1.4], "num_steps": [6, 6],
+                      "vanilla_tpot_s": [0.2, 0.2], "prefill_s": [0.3, 0.3], "draft_time_s": [0.6, 0.6],
+                      "draft_forwards": [11, 11], "draft_tokens_fed": [30, 30], "prompt_tokens": [9, 9],
+                      "target_tokens_fed_per_step": [5.0, 5.0], "bare_token_s": [0.16, 0.16],
+                      "target_cost_curve": ["1:1.000,4:1.000,8:1.200"] * 2,
+                      "draft_cost_curve": ["1:0.250,2:0.300,4:0.350"] * 2})
+    costs = cell_figures.step_costs(g)
+    assert costs["verify_cost"] == pytest.approx(1.2) and costs["draft_cost"] == pytest.approx(0.25)  # unchanged
+    assert costs["verify_bare"] == pytest.approx(1.5) and costs["verify_bare_curve"] == pytest.approx(1.05)
+    assert costs["draft_bare"] == pytest.approx(0.3125) and costs["draft_bare_curve"] == pytest.approx(0.3)
+    assert costs["draft_tokens_per_forward"] == pytest.approx(2.0)
+    older = cell_figures.step_costs(g.drop(columns=["bare_token_s", "target_cost_curve", "draft_cost_curve"]))
+    assert older["verify_cost"] == pytest.approx(1.2)  # rows without the curves keep the vanilla-step units
+    assert all(math.isnan(older[k]) for k in ("verify_bare", "verify_bare_curve", "draft_bare", "draft_bare_curve"))
+    assert cell_figures.cost_curve("garbled") == [] and cell_figures.cost_curve(None) == []
+    assert cell_figures.curve_at([(1.0, 1.0), (4.0, 2.0)], 64) == 2.0  # beyond the curve: its last point
+
+    # the figure: the curves as lines, each decoder's in-situ cost as a point on them
+    rows = g.assign(label="speculative")
+    agg = pd.DataFrame([{"label": "vanilla", "target_tokens_fed_per_step": 1.0, "verify_bare": math.nan,
+                         "draft_tokens_per_forward": math.nan, "draft_bare": math.nan},
+                        {"label": "speculative", "target_tokens_fed_per_step": 5.0, "verify_bare": 1.5,
+                         "draft_tokens_per_forward": 2.0, "draft_bare": 0.3125}])
+    frame = figdata.bare_costs(rows, agg)
+    points = frame[frame["kind"] == "decoder"].set_index("panel")
+    assert points.loc["verify", "cost"] == 1.5 and points.loc["draft", "k"] == 2.0
+    assert list(frame[(frame["kind"] == "curve") & (frame["panel"] == "verify")]["k"]) == [1.0, 4.0, 8.0]
+    fig = plots.insitu_vs_bare(frame, "pair · bfloat16 · cpu")
+    assert len(fig.axes) == 2 and all(len(ax.lines) == 1 and len(ax.collections) == 1 for ax in fig.axes)
+    assert "bfloat16" in plots.caption(fig) and fig._suptitle is None
+    assert_legible(fig, "insitu_vs_bare")
+    plots.plt.close(fig)
+    assert figdata.bare_costs(rows.drop(columns=["target_cost_curve", "draft_cost_curve"]), agg).empty
+    assert plots.insitu_vs_bare(figdata.bare_costs(rows.drop(columns=["target_cost_curve", "draft_cost_curve"]),
+                                                   agg), "s") is None  # older rows: no figure
+
+
 # ------------------------------------------------------------------------------------------------ aggregates
 def test_aggregate_numbers(sweep):
     agg = metrics.aggregate(report.load_rows([sweep])).set_index(["task", "label"])
@@ -426,7 +469,7 @@ def test_per_category_tables(task, column, cats, tmp_path):
 def test_report_plots_draws_every_figure(sweep, tmp_path):
     written = report.write_report([sweep], tmp_path / "rep", plots=True)
     figs = {k.split("/")[1].rsplit(".", 1)[0] for k in written if k.startswith("figures/")}
-    assert figs == set(plots.FIGURES) - TREE_FIGURES - BATCH_FIGURES  # the gamma sweep: no draft tree, batch size 1
+    assert figs == set(plots.FIGURES) - TREE_FIGURES - BATCH_FIGURES - COST_FIGURES  # gamma sweep: no tree, batch 1
     for name in figs:
         for ext in (".png", ".pdf"):
             p = tmp_path / "rep" / "figures" / f"{name}{ext}"
@@ -475,8 +518,8 @@ def test_figures_are_readable(frames):
     assert sub == "target-7b / draft-1b · float32 · test cpu · humaneval (4 samples), mbpp (4 samples)"
     style = plots.Style.of(agg)
     for name, (fn, needs) in plots.FIGURES.items():
-        if name in TREE_FIGURES | BATCH_FIGURES:
-            continue  # tested on their own sweeps: test_node_budget_figure, test_speedup_vs_batch_figure
+        if name in TREE_FIGURES | BATCH_FIGURES | COST_FIGURES:
+            continue  # tested on their own: test_node_budget_figure, test_speedup_vs_batch_figure, test_in_situ_...
         fig = fn(*[fr[k] for k in needs], subtitle=sub, style=style)
         assert fig is not None, name
         assert fig._suptitle is None, name                              # no title baked into the image
@@ -529,9 +572,11 @@ def test_two_groups_are_panels_with_the_group_written_once(sweep, tmp_path):
 
 
 #: Figures that only a draft-tree sweep draws.
-TREE_FIGURES = {"accept_length_vs_nodes"}
+TREE_FIGURES = {"accept_length_vs_nodes", "accept_length_vs_threshold"}
 #: Figures that only a sweep of ``runner.batch_size`` draws.
 BATCH_FIGURES = {"speedup_vs_batch"}
+#: Figures that only rows with the bare cost curves (a run with a warm-up, on this code) draw.
+COST_FIGURES = {"insitu_vs_bare"}
 
 
 def test_crossover_is_the_first_batch_size_where_speculation_stops_paying():
@@ -619,6 +664,36 @@ def test_node_budget_figure(tmp_path, caplog):
     assert "budget 60" in [t.get_text() for t in fig.axes[0].texts]
     assert "verified per step" in fig.axes[0].get_xlabel() and "cost-aware" in plots.caption(fig)
     plots.plt.close(fig)
+
+
+def test_threshold_figure(tmp_path, caplog):
+    """The other axis of OPT-Tree's scaling study: accept length and speedup against the growth threshold, one
+    line per node budget measured at two thresholds or more (a budget at one threshold, and a cost-aware tree,
+    are left out)."""
+    rows = []
+    grid = [(25, 0.3, False, 2.2), (25, 0.5, False, 2.0), (25, 0.9, False, 1.6), (16, 0.5, False, 1.8),
+            (25, 0.7, True, 2.1)]
+    for i, (nodes, threshold, cost, factor) in enumerate(grid):
+        for r in fixture_rows("t", tasks=["humaneval"], spec_factor=factor, pattern=(nodes // 8, 2, 3)):
+            if r["decoder"] == "vanilla":
+                if i == 0:
+                    rows.append(r)
+                continue
+            params = {"num_nodes": nodes, "threshold": threshold, "max_depth": 10, "cost_aware": cost}
+            r.update(params, decoder=f"opt_tree_n{nodes}_t{threshold}_c{cost}",
+                     decoder_params=json.dumps(params, sort_keys=True))
+            rows.append(r)
+    agg = metrics.aggregate(report.load_rows([write_run(tmp_path / "trees", rows)]))
+    fig = plots.accept_length_vs_threshold(agg, subtitle="pair · bfloat16 · cpu")
+    assert [t.get_text() for leg in fig.legends for t in leg.get_texts()] == ["opt_tree (nodes=25)"]
+    assert [list(line.get_xdata()) for line in fig.axes[0].get_lines()] == [[0.3, 0.5, 0.9]]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0.3", "0.5", "0.9"]
+    assert "threshold" in fig.axes[0].get_xlabel() and "bfloat16" in plots.caption(fig)
+    assert_legible(fig, "accept_length_vs_threshold")
+    plots.plt.close(fig)
+    with caplog.at_level(logging.INFO, logger="plots"):
+        assert plots.accept_length_vs_threshold(agg[agg["threshold"].ne(0.3) & agg["threshold"].ne(0.9)]) is None
+    assert "accept_length_vs_threshold skipped" in caplog.text
 
 
 def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):

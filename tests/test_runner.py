@@ -526,3 +526,32 @@ def test_an_interrupt_during_a_row_write_takes_effect_after_the_row():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)
     assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back
+
+
+def test_each_job_times_the_bare_cost_curves_once_after_the_warm_up(tmp_path):
+    """With a warm-up, every row of a job carries the bare models' cost curves timed once before its first timed
+    cell (the target's; the draft's only when a decoder drafts with it); without one (smoke runs) nothing is timed.
+    The report sets each decoder's in-situ costs on them."""
+    from harness.job.runner import BARE_POINTS
+    from harness.report import build as report, figdata
+    from harness.rows import cell_figures, metrics
+
+    _run(tmp_path / "d", "decoder=[vanilla,speculative]", "runner.warmup=1")
+    rows = _rows(tmp_path / "d")
+    assert len({r["bare_token_s"] for r in rows}) == 1 and rows[0]["bare_token_s"] > 0
+    for key in ("target_cost_curve", "draft_cost_curve"):
+        assert len({r[key] for r in rows}) == 1
+        assert [k for k, _ in cell_figures.cost_curve(rows[0][key])] == list(BARE_POINTS)
+    assert cell_figures.cost_curve(rows[0]["target_cost_curve"])[0] == (1.0, 1.0)  # the unit
+    spec = [r for r in rows if r["decoder"] == "speculative"]
+    assert all(r["draft_tokens_fed"] > r["draft_forwards"] > 0 for r in spec)  # the prefill fed the prompt
+    loaded = report.load_rows([tmp_path / "d"])
+    agg = metrics.aggregate(loaded)
+    frame = figdata.bare_costs(loaded, agg)
+    assert set(frame[frame["kind"] == "decoder"]["panel"]) == {"verify", "draft"}
+    assert (frame[frame["kind"] == "decoder"]["cost"] > 0).all()
+
+    _run(tmp_path / "n", "decoder=[vanilla,prompt_lookup]", "runner.warmup=1")
+    assert all(r.get("draft_cost_curve") is None and r["target_cost_curve"] for r in _rows(tmp_path / "n"))
+    _run(tmp_path / "s", "decoder=[vanilla,speculative]", "runner.warmup=0")
+    assert all(r.get("bare_token_s") is None for r in _rows(tmp_path / "s"))

@@ -201,6 +201,14 @@ def test_task_bars_group_tasks_and_shade_warm_start(factor, tmp_path):
         marks = [c for c in ax.collections if isinstance(c, PathCollection)]   # slower warm: a diamond in the bar
         assert all(p.get_height() == 0 for p in hatched)
         assert marks and sorted(round(y, 2) for c in marks for y in c.get_offsets()[:, 1]) == [1.2, 1.2]
+    from matplotlib.container import ErrorbarContainer
+
+    warm_bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)
+                 and c.get_label() == "_warm start interval"]   # the warm start's own interval, at its value
+    segments = [seg for c in warm_bars for seg in c.lines[2][0].get_segments()]
+    warm_values = pd.to_numeric(bars.loc[bars["warm"], "speedup"]).tolist()
+    assert len(segments) == 2
+    assert all(lo - 1e-9 <= v <= hi + 1e-9 for ((_, lo), (_, hi)), v in zip(segments, warm_values))
     assert fig._suptitle is None and "float32" in plots.caption(fig)
     assert "vanilla" not in heights
     legend = fig.legends[0]

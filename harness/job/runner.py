@@ -43,11 +43,15 @@ from harness.job.conversation import Conversation, Reference
 from harness.job.interrupts import StopAfterWrites
 from harness.job.warmup import WARMUP_SEARCH, WarmUp
 from harness.job.run_settings import ROTATION_RULE, RunSettings, decoder_order, parse_shard
+from decoders.common.cost import batch_cost_curve
 from decoders.common.sampling import make_generator, sample_seed
 from tasks.base import encode_prompt
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
+#: Tokens at which each model's bare forward is timed once per job (:meth:`Runner._measure_bare`; ~10 s on the
+#: 1.5B / 0.5B pair on a 2-core CPU, milliseconds on tiny models).
+BARE_POINTS = (1, 2, 4, 8, 16, 32, 64)
 
 
 class Runner:
@@ -120,13 +124,15 @@ class Runner:
                               lambda: self._generate_kwargs("warmup", 0, 0)[0])
         self._interrupts = StopAfterWrites()
         self._bar: Any = None  # the progress bar while running
+        self._bare: dict[str, Any] = {}  # the bare cost curves (:meth:`_measure_bare`), in every row
         self.attempt_id = uuid.uuid4().hex[:8]  # one per process: tells apart the processes of a resumed run
 
         # samples: the selection (task.limit, runner.sample_ids), then this shard's share of it
         self.samples = settings.select(list(task.samples()))
         self.shard = parse_shard(settings.shard)
         self.shard_spec = settings.shard
-        self.work = [(i, s) for i, s in enumerate(self.samples) if self.shard is None or i % self.shard[1] == self.shard[0]]
+        self.work = [(i, s) for i, s in enumerate(self.samples)
+                     if self.shard is None or i % self.shard[1] == self.shard[0]]
 
         # run identity (config + data + code + packages + machine), checked against the folder before writing
         self.identity_doc = resume_lib.build_identity(config or {}, environment or {}, self._data_identity())
@@ -252,6 +258,35 @@ class Runner:
         self._warmup.every(self.decoders, ((text, self._encode(text) if text else None) for text in texts),
                            lambda name, text, ids: self._skip(name, text, int(ids.shape[1])) is None, self._draft)
 
+    def _measure_bare(self) -> None:
+        """Time the bare forward of each model in use over ``k`` tokens (:data:`BARE_POINTS`) after the job's first
+        prompt, once per job after the warm-up, before the first timed cell: the rows' ``bare_token_s`` (the
+        target's one-token forward, seconds) and ``target_cost_curve`` / ``draft_cost_curve`` (``"k:ratio,..."``
+        in units of it), against which the report sets each decoder's in-situ verify and draft costs. Nothing
+        without a warm-up (smoke runs), when every cell is done (resume), or without a prompt; a failure is
+        logged and leaves the columns empty (no cell depends on them)."""
+        if self._bare or not self.settings.warmup or not self.work:
+            return
+        if all(self._done(s, n, 0, r) for _, s in self.work for n in self.decoders
+               for r in range(self.settings.repeats)):
+            return
+        text = self._render(self.work[0][1], 0, [])
+        if not text:
+            return
+        context = self._encode(text)
+        try:
+            target = batch_cost_curve(self.pair.target, 1, list(BARE_POINTS), context=context)
+            unit = target[1]
+            self._bare = {"bare_token_s": unit,
+                          "target_cost_curve": ",".join(f"{k}:{t / unit:.3f}" for k, t in target.items())}
+            draft = getattr(self.pair, "draft", None)
+            if self.draft_users and draft is not None:
+                curve = batch_cost_curve(draft, 1, list(BARE_POINTS), context=context)
+                self._bare["draft_cost_curve"] = ",".join(f"{k}:{t / unit:.3f}" for k, t in curve.items())
+        except Exception as e:  # noqa: BLE001 -- the curves are context for the report, not a cell's measurement
+            log.warning("the bare cost curves could not be timed (%s: %s); the rows leave them empty",
+                        type(e).__name__, e)
+
     def _base_row(self, sample: Sample, index: int, name: str, turn: int, repeat: int, position: int,
                   prompt_tokens: int) -> dict[str, Any]:
         params = dict(self.decoder_params.get(name, {}))
@@ -282,6 +317,7 @@ class Runner:
             "batch_size": self.settings.batch_size,
             "cpu_count": self.cpu_count,
             "cpu_affinity": self.cpu_affinity,
+            **self._bare,
         }
 
     def _score(self, sample: Sample, completion: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -319,6 +355,7 @@ class Runner:
         try:
             with self._interrupts.installed():
                 self._warm_all()
+                self._measure_bare()
                 self._run_work()
         except KeyboardInterrupt:
             self.interrupted = True

@@ -221,7 +221,8 @@ def figure_frames(rows: pd.DataFrame, agg: pd.DataFrame, **kwargs: Any) -> dict[
     """Everything :func:`plots.draw_all` draws, aggregated by :mod:`harness.rows.metrics`."""
     return {"agg": agg, "positions": figdata.acceptance_per_position(rows), "breakdown": figdata.time_breakdown(rows),
             "warm_cold": figdata.warm_cold(rows, **kwargs), "swept": grouping.swept_by_class(grouping.ok_rows(rows)),
-            "task_bars": figdata.task_bars(rows, agg), "per_sample": figdata.per_sample_speedups(rows)}
+            "task_bars": figdata.task_bars(rows, agg), "per_sample": figdata.per_sample_speedups(rows),
+            "bare_costs": figdata.bare_costs(rows, agg)}
 
 
 def write_figures(rows: pd.DataFrame, agg: pd.DataFrame, out_dir: str | Path, only: Sequence[str] | None = None,

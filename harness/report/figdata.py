@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from harness.rows.cell_figures import cost_curve
 from harness.rows.columns import num
 from harness.rows.grouping import draft_shape, params_of, prepare
 from harness.rows.metrics import aggregate, figure_rows
@@ -137,6 +138,40 @@ def time_breakdown(rows: pd.DataFrame) -> pd.DataFrame:
                         "verify_ms": per["_verify"] * ms, "decode_ms": per["_decode"] * ms,
                         "other_ms": per["_other"] * ms})
     return out.reset_index()[cols]
+
+
+def bare_costs(rows: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
+    """In-situ step costs beside the bare models' cost curves, in units of the target's bare one-token forward
+    (``bare_token_s``): the frame of ``insitu_vs_bare``.
+
+    Returns:
+        one row per point: ``panel`` (``verify``: the target; ``draft``: the draft model), ``kind`` (``curve``:
+        the bare curve, the median over the distinct curves the rows recorded, ``curves`` saying how many;
+        ``decoder``: a configuration's in-situ cost), ``label``, ``k`` (tokens fed per forward), ``cost``.
+        Empty when no row recorded a curve (older rows, runs without a warm-up).
+    """
+    out: list[dict[str, Any]] = []
+    for panel, column in (("verify", "target_cost_curve"), ("draft", "draft_cost_curve")):
+        if column not in rows:
+            continue
+        curves = [cost_curve(c) for c in rows[column].dropna().unique()]
+        curves = [c for c in curves if c]
+        points: dict[float, list[float]] = {}
+        for curve in curves:
+            for k, r in curve:
+                points.setdefault(k, []).append(r)
+        out += [{"panel": panel, "kind": "curve", "label": "bare", "k": k, "cost": float(np.median(v)),
+                 "curves": len(curves)} for k, v in sorted(points.items())]
+    if not out:
+        return pd.DataFrame(columns=["panel", "kind", "label", "k", "cost", "curves"])
+    for panel, x, y in (("verify", "target_tokens_fed_per_step", "verify_bare"),
+                        ("draft", "draft_tokens_per_forward", "draft_bare")):
+        if {x, y} <= set(agg.columns):
+            for _, r in agg.iterrows():
+                if r["label"] != "vanilla" and pd.notna(r[x]) and pd.notna(r[y]):
+                    out.append({"panel": panel, "kind": "decoder", "label": r["label"], "k": float(r[x]),
+                                "cost": float(r[y]), "curves": math.nan})
+    return pd.DataFrame(out)
 
 
 def scope_free_names(rows: pd.DataFrame) -> dict[str, str]:

@@ -50,10 +50,31 @@ def cost_ratio_of(g: pd.DataFrame, override: float | None = None) -> tuple[float
     return max(0.0, float(spare / (num(g["draft_forwards"]) * t_ar)[ok].sum())), "wall-time fit"
 
 
+def cost_curve(text: Any) -> list[tuple[float, float]]:
+    """A row's ``"k:ratio,..."`` cost curve (``target_cost_curve``, ``draft_cost_curve``) as sorted ``(k, ratio)``
+    pairs; ``[]`` for an empty or unreadable value."""
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        return sorted((float(k), float(r)) for k, r in (part.split(":") for part in text.split(",")))
+    except ValueError:
+        return []
+
+
+def curve_at(curve: Sequence[tuple[float, float]], k: float) -> float:
+    """The curve's cost at ``k`` tokens: linear between its points, its end points' values beyond them (NaN for
+    an empty curve or ``k``)."""
+    if not curve or not np.isfinite(k):
+        return math.nan
+    ks, rs = zip(*curve)
+    return float(np.interp(k, ks, rs))
+
+
 def step_costs(g: pd.DataFrame) -> dict[str, float]:
-    """In-situ step costs of one cell's paired rows, in units of vanilla's seconds per output token on the same
-    samples (``vanilla_tpot_s``: one one-token target forward plus vanilla's host work; 1.0 = what a plain
-    decode step costs here):
+    """In-situ step costs of one cell's paired rows, in two units.
+
+    In units of vanilla's seconds per output token on the same samples (``vanilla_tpot_s``: one one-token target
+    forward plus vanilla's host work; 1.0 = what a plain decode step costs here):
 
     * ``verify_cost``: seconds lapped as verification after the first token (``verify_time_s - ttft_s``) over
       the decode steps (``num_steps - 1``), i.e. the verify forward of the whole draft plus the acceptance rule,
@@ -61,28 +82,62 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
     * ``draft_cost``: seconds lapped as drafting after the draft's prefill (``draft_time_s`` less a prefill run
       after the first token, ``prefill_s - ttft_s``) over the draft forwards after it.
 
-    Both are ratios of totals over the rows that have the timers (the driver's decoders: speculative, prompt
-    lookup, Lookahead, Ouroboros, the trees); NaN elsewhere, and ``draft_cost`` NaN without draft forwards. Set
-    beside the bare model's cost curve (``benchmarks/ouroboros_probe.py --cost-curve``; docs/measurement.md,
-    "Emulated bfloat16") they show what a decoder's own work adds to its forwards."""
-    nan = {"verify_cost": math.nan, "draft_cost": math.nan}
-    if not {"verify_time_s", "ttft_s", "vanilla_tpot_s", "num_steps"} <= set(g.columns):
-        return nan
-    unit, ttft = num(g["vanilla_tpot_s"]), num(g["ttft_s"])
+    In units of the target's bare one-token forward (``bare_token_s``, timed once per job after the warm-up), set
+    beside what the bare models' cost curves (``target_cost_curve``, ``draft_cost_curve``) give for the same
+    forwards: ``verify_bare`` (the same seconds as ``verify_cost``) against ``verify_bare_curve`` (the target's
+    curve at the row's tokens fed per verify, ``target_tokens_fed_per_step``), ``draft_bare`` against
+    ``draft_bare_curve`` (the draft's curve at ``draft_tokens_per_forward``: tokens fed per draft forward after the
+    prefill, which is taken to feed the prompt and the first token). The difference is what the decoder's own
+    work (cache edits, masks, host round trips) adds to its forwards. Rows without the curves (older rows, runs
+    without a warm-up) leave these NaN.
+
+    All are ratios of totals over the rows that have the timers (the driver's decoders: speculative, prompt
+    lookup, Lookahead, Ouroboros, the trees); NaN elsewhere, and the draft's NaN without draft forwards."""
+    keys = ("verify_cost", "draft_cost", "verify_bare", "verify_bare_curve", "draft_bare", "draft_bare_curve",
+            "draft_tokens_per_forward")
+    out = dict.fromkeys(keys, math.nan)
+    if not {"verify_time_s", "ttft_s", "num_steps"} <= set(g.columns):
+        return out
+    ttft = num(g["ttft_s"])
     steps = num(g["num_steps"]) - 1
-    verify = num(g["verify_time_s"]) - ttft
-    ok = unit.notna() & (unit > 0) & verify.notna() & (steps > 0)
-    out = dict(nan)
-    if ok.any():
-        out["verify_cost"] = float(verify[ok].clip(lower=0).sum() / (steps[ok] * unit[ok]).sum())
-    if {"draft_time_s", "draft_forwards"} <= set(g.columns):
+    verify = (num(g["verify_time_s"]) - ttft).clip(lower=0)
+    unit = num(g["vanilla_tpot_s"]) if "vanilla_tpot_s" in g else pd.Series(math.nan, index=g.index)
+    bare = num(g["bare_token_s"]) if "bare_token_s" in g else pd.Series(math.nan, index=g.index)
+    has_draft = {"draft_time_s", "draft_forwards"} <= set(g.columns)
+    if has_draft:
         prefill = ((num(g["prefill_s"]) - ttft).clip(lower=0) if "prefill_s" in g else pd.Series(0.0, index=g.index)
                    ).fillna(0.0)
         forwards = num(g["draft_forwards"]) - (prefill > 0)
-        draft = num(g["draft_time_s"]) - prefill
-        ok_d = unit.notna() & (unit > 0) & draft.notna() & (forwards > 0)
-        if ok_d.any():
-            out["draft_cost"] = float(draft[ok_d].clip(lower=0).sum() / (forwards[ok_d] * unit[ok_d]).sum())
+        draft = (num(g["draft_time_s"]) - prefill).clip(lower=0)
+    for name, per, base in (("verify", verify, steps), ("draft", draft if has_draft else None,
+                                                       forwards if has_draft else None)):
+        if per is None:
+            continue
+        for key, scale in ((f"{name}_cost", unit), (f"{name}_bare", bare)):
+            ok = scale.notna() & (scale > 0) & per.notna() & (base > 0)
+            if ok.any():
+                out[key] = float(per[ok].sum() / (base[ok] * scale[ok]).sum())
+    curves = {"verify": g["target_cost_curve"] if "target_cost_curve" in g else None,
+              "draft": g["draft_cost_curve"] if "draft_cost_curve" in g else None}
+    if curves["verify"] is not None and "target_tokens_fed_per_step" in g:
+        k = num(g["target_tokens_fed_per_step"])
+        at = pd.Series([curve_at(cost_curve(c), x) for c, x in zip(curves["verify"], k)], index=g.index)
+        ok = at.notna() & (steps > 0)
+        if ok.any():
+            out["verify_bare_curve"] = float((at[ok] * steps[ok]).sum() / steps[ok].sum())
+    if has_draft and "draft_tokens_fed" in g:
+        prompt = num(g["prompt_tokens"]) if "prompt_tokens" in g else pd.Series(0.0, index=g.index)
+        fed = num(g["draft_tokens_fed"]) - (prefill > 0) * (prompt + 1)
+        ok = fed.notna() & (forwards > 0) & (fed > 0)
+        if ok.any():
+            per_forward = fed / forwards
+            out["draft_tokens_per_forward"] = float(fed[ok].sum() / forwards[ok].sum())
+            if curves["draft"] is not None:
+                at = pd.Series([curve_at(cost_curve(c), x) for c, x in zip(curves["draft"], per_forward)],
+                               index=g.index)
+                ok &= at.notna()
+                if ok.any():
+                    out["draft_bare_curve"] = float((at[ok] * forwards[ok]).sum() / forwards[ok].sum())
     return out
 
 

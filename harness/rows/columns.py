@@ -158,6 +158,7 @@ ROW_COLUMNS: tuple[Column, ...] = (
         ("num_accepted", "int", "draft tokens accepted"),
         ("acceptance_rate", "float", "num_accepted / num_drafted (alpha)"),
         ("draft_forwards", "int", "draft model forwards"),
+        ("draft_tokens_fed", "int", "tokens fed to the draft model over its forwards (its prompt prefill included)"),
         ("draft_forwards_per_step", "float", "draft forwards per decode step"),
         ("target_tokens_fed_per_step", "float", "tokens fed to the target per decode step"),
         ("accepted_per_step", "list", "accepted draft tokens per decode step"),
@@ -175,6 +176,12 @@ ROW_COLUMNS: tuple[Column, ...] = (
         ("batch_tokens_per_s", "float", "the batch's throughput: new tokens of all its requests / wall_time_s"),
         ("batch_cost_curve", "str", "the target's bare forward of batch_size rows x k tokens, in multiples of one "
                                     "token at batch size 1 (k:ratio,...), timed once per job before its batches"),
+        ("bare_token_s", "float", "seconds of the target's bare one-token forward after the job's first prompt, timed "
+                                  "once per job after the warm-up: the unit of the two cost curves"),
+        ("target_cost_curve", "str", "the target's bare forward of k tokens after that prompt, in bare_token_s "
+                                     "units (k:ratio,...)"),
+        ("draft_cost_curve", "str", "the draft model's bare forward of k tokens after that prompt, in bare_token_s "
+                                    "units (k:ratio,...); empty when no decoder of the job drafts with it"),
         ("tpot_s", "float", "seconds per output token after the first: (wall - ttft) / (new_tokens - 1)"),
         ("draft_prefill_s", "float", "seconds of the draft model's prompt prefill (its first forward)"),
         ("prefill_s", "float", "seconds on the prefill side: to the first token plus a draft prefill run after it"),
@@ -291,6 +298,14 @@ THEORY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
          "samples (1 = a plain decode step)", dict(display="verify cost")),
         ("draft_cost", "float", "in-situ seconds per draft forward / vanilla's seconds per output token on the "
          "same samples", dict(display="draft cost", fmt=".3f")),
+        ("verify_bare", "float", "in-situ seconds per verify step / the target's bare one-token forward "
+         "(bare_token_s)", {}),
+        ("verify_bare_curve", "float", "the target's bare cost curve at the tokens fed per verify, in bare_token_s "
+         "units: what verify_bare would be without the decoder's own work", {}),
+        ("draft_bare", "float", "in-situ seconds per draft forward after the prefill / bare_token_s", {}),
+        ("draft_bare_curve", "float", "the draft's bare cost curve at draft_tokens_per_forward, in bare_token_s "
+         "units", {}),
+        ("draft_tokens_per_forward", "float", "tokens fed per draft forward after the draft's prefill", {}),
     ))
 
 ROW: dict[str, Column] = {}
