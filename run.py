@@ -75,8 +75,8 @@ def main(cfg: DictConfig) -> float | None:
 
 def hold(folder: Folder) -> None:
     """Before Hydra writes: pin the folder (a default named by the time would be named anew by Hydra), record
-    its state (:mod:`harness.job.rundir`) and take its lock (:mod:`harness.job.runlock`); refuse in one line when another
-    process holds it or it cannot be made."""
+    its state (:mod:`harness.job.rundir`) and take its lock (:mod:`harness.job.runlock`); refuse in one line when
+    another process holds it or it cannot be made."""
     global LOCK
     key = "hydra.sweep.dir" if folder.multirun else "hydra.run.dir"
     if PLAIN_PATH.fullmatch(str(folder.path)):
@@ -108,9 +108,10 @@ if __name__ == "__main__":
         hold(folder)
         if folder.configs:
             from harness.config.estimate import line
-            from harness.rows.machine import cpu_isa, native_half_precision
+            from harness.rows.machine import cpu_isa, cpu_signature, native_half_precision
 
-            print(line(folder.configs, folder.njobs, cpu_isa(), native_half_precision("bfloat16")), flush=True)
+            print(line(folder.configs, folder.njobs, cpu_isa(), native_half_precision("bfloat16"), cpu_signature()),
+                  flush=True)
     try:
         main()
     finally:

@@ -12,6 +12,11 @@ same run) and each decoder class's mean speedup. An entry written again replaces
 table follows the latest measurement; ``source`` names the runs it came from. Rows of another machine class never
 mix. Exit 2 with one line when a run has no usable rows.
 
+Rows that name their CPU's family/model numbers (``device_name``: ``AMD EPYC [26/2] (...)``) give an entry of that CPU
+generation (key ``model|dtype|isa|26/2``), and the same entry becomes its instruction-set class's (``model|dtype|isa``),
+which prices a CPU of the class without an entry of its own: a Zen 4 and a Zen 5 share one class and differ ~2x in
+speed, so each generation is priced by its own runs where it has them.
+
 Static batches (rows with ``batch_size`` > 1, ``experiment=batch_sweep``) give the entry's ``batch`` block, one item
 per batch size (:func:`batch_costs`): vanilla's batch throughput as a multiple of its batch-1 tokens/s in the same
 runs, and each decoder's speedup over vanilla at that batch size. The other fields come from batch-1 rows only. With
@@ -29,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.config.estimate import COSTS_FILE, load_costs, machine_key  # noqa: E402
+from harness.config.estimate import COSTS_FILE, cpu_of, load_costs, machine_key  # noqa: E402
 
 
 def lengths(vanilla) -> dict[str, float]:
@@ -98,8 +103,9 @@ def entries(run_dirs: list[str]) -> dict[str, dict]:
     if rows.empty or "cpu_isa" not in rows:
         return {}
     ok = rows[rows["status"] == "ok"]
+    ok = ok.assign(_cpu=ok["device_name"].map(lambda d: cpu_of(d) or "") if "device_name" in ok else "")
     out: dict[str, dict] = {}
-    for (model, dtype, isa), both in ok.groupby(["model", "dtype", "cpu_isa"], dropna=True):
+    for (model, dtype, isa, cpu), both in ok.groupby(["model", "dtype", "cpu_isa", "_cpu"], dropna=True):
         batches = batch_costs(both)
         g = both[num(both["batch_size"]).fillna(1) == 1] if "batch_size" in both else both
         agg = metrics.aggregate(g)
@@ -114,8 +120,8 @@ def entries(run_dirs: list[str]) -> dict[str, dict]:
         classes = agg.assign(cls=agg["decoder_class"].astype(str).str.rsplit(".", n=1).str[-1])
         class_speedup = {str(c): round(float(s), 4) for c, s in classes.groupby("cls")["speedup"].mean().items()
                          if pd.notna(s)}
-        out[machine_key(str(model), str(dtype), str(isa))] = {
-            "model": str(model), "dtype": str(dtype), "cpu_isa": str(isa),
+        out[machine_key(str(model), str(dtype), str(isa), cpu or None)] = {
+            "model": str(model), "dtype": str(dtype), "cpu_isa": str(isa), **({"cpu": cpu} if cpu else {}),
             "device_name": str(vanilla["device_name"].iloc[0]) if "device_name" in vanilla else str(isa),
             "vanilla_tokens_per_s": round(float(num(vanilla["tokens_per_s"]).mean()), 4),
             "prefill_s": round(float(num(vanilla["ttft_s"]).mean()), 4) if "ttft_s" in vanilla else 0.0,
@@ -132,7 +138,8 @@ def merge(table: dict, found: dict[str, dict], batch_only: bool) -> list[str]:
     """Write ``found`` entries into ``table`` (the module docstring's rules); the keys it could not write
     (``batch_only`` for a class without an entry, or runs without batch rows)."""
     refused = []
-    for key, entry in found.items():
+    classes = {machine_key(e["model"], e["dtype"], e["cpu_isa"]): e for e in found.values() if e.get("cpu")}
+    for key, entry in {**found, **classes}.items():
         old = table["entries"].get(key)
         if batch_only:
             if old is None or not entry.get("batch"):
@@ -173,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(refused)}; write the whole entry first (without --batch-only)", file=sys.stderr)
             return 2
         args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {len(found)} entr{'y' if len(found) == 1 else 'ies'} into {args.table}")
+        keys = {*found, *(machine_key(e["model"], e["dtype"], e["cpu_isa"]) for e in found.values())}
+        print(f"wrote {len(keys)} entr{'y' if len(keys) == 1 else 'ies'} ({', '.join(sorted(keys))}) into {args.table}")
     return 0
 
 

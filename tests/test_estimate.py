@@ -214,3 +214,32 @@ def test_costs_py_writes_batch_costs_and_merges_them_alone(tmp_path):
     assert entry["batch_source"] == [str(tmp_path / "sweep")]
     assert costs(str(tmp_path / "single")).returncode == 0  # rewritten without batch rows: the batch block stays
     assert json.loads(table.read_text())["entries"]["fixture|float32|avx2"]["batch"] == entry["batch"]
+
+
+def test_each_cpu_generation_is_priced_by_its_own_costs_and_else_by_its_class(tmp_path):
+    # Reproducer: a Zen 4 and a Zen 5 share one instruction-set class; tune_all was priced ~59 min by the Zen 4's
+    # costs on the Zen 5 and took 19.7 min there
+    rows = fixture_rows("a", tasks=["humaneval"], ttft_share=0.1)
+    for r in rows:
+        r["cpu_isa"], r["device_name"] = "avx2", "AMD EPYC [26/2] (2 cores, avx2)"
+    write_run(tmp_path / "run", rows)
+    table = tmp_path / "costs.json"
+    proc = subprocess.run([sys.executable, "benchmarks/costs.py", str(tmp_path / "run"), "--write", "--table",
+                           str(table)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = json.loads(table.read_text())["entries"]
+    assert set(written) == {"fixture|float32|avx2|26/2", "fixture|float32|avx2"}  # its own, and its class's
+    assert written["fixture|float32|avx2|26/2"]["cpu"] == "26/2"
+    assert estimate.cpu_of("AMD EPYC [26/2] (2 cores, avx2)") == "26/2" and estimate.cpu_of("test cpu") is None
+    assert estimate.machine_key("m", "bfloat16", "avx2", "25/17") == "m|bfloat16|avx2|25/17"
+    faster = dict(ENTRY, vanilla_tokens_per_s=2 * ENTRY["vanilla_tokens_per_s"])
+    costs = {"entries": {"k|26/2": faster, "k": ENTRY}}
+    job = estimate.Job("humaneval", {"vanilla": "decoders.vanilla.VanillaDecoder"}, cells=20, tokens=200,
+                       warmup_calls=0, warmup_tokens=0)
+    own = estimate.estimate([job], 1, ["k|26/2", "k"], costs)
+    other = estimate.estimate([job], 1, ["k|25/17", "k"], costs)  # no entry of its own: its class's, said
+    assert "no costs measured on this CPU" not in own
+    assert "no costs measured on this CPU (25/17): priced by another CPU of its instruction-set class" in other
+    assert estimate.price(job, faster)[0] < estimate.price(job, ENTRY)[0]
+    assert estimate.estimate([job], 1, ["k|1/1", "x"], {"entries": {}}).startswith(
+        "estimated time: unknown (no measured costs for x")

@@ -10,8 +10,9 @@ over all, and each measured decoder configuration's speedup (and each decoder cl
 expected to emit (:func:`expected_tokens`: from the answer lengths the entry measured for the task, else the whole
 budget); a job costs its cells (samples x turns x repeats, for every decoder) and the warm-up calls; a sweep costs
 its jobs. A decoder configuration the table has not measured is priced by the mean of its class's measured
-configurations, else at vanilla's speed, and the line names it. No estimate without an entry for the machine class (a GPU, another CPU,
-another dtype): the line says what would add one.
+configurations, else at vanilla's speed, and the line names it. A CPU is priced by its own generation's entry (its
+family/model numbers) where the table has one, else by its instruction-set class's, and the line says so. No
+estimate without an entry for the machine class (a GPU, another CPU, another dtype): the line says what would add one.
 
 A job at ``runner.batch_size`` B > 1 is priced by the entry's ``batch`` block (``experiment=batch_sweep`` rows,
 :func:`batch_point`), all of it from one sweep on one machine: at the largest measured batch size B' <= B, a request
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -33,9 +35,19 @@ from typing import Any, Mapping, Sequence
 COSTS_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "baselines" / "costs.json"
 
 
-def machine_key(model: str, dtype: str, cpu_isa: str) -> str:
-    """The cost table's key of a machine class: ``qwen2.5-coder-1.5b|float32|avx2``."""
-    return f"{model}|{dtype}|{cpu_isa}"
+def machine_key(model: str, dtype: str, cpu_isa: str, cpu: str | None = None) -> str:
+    """The cost table's key of a machine class, ``qwen2.5-coder-1.5b|float32|avx2``; with ``cpu`` (a CPU's
+    ``family/model`` numbers, :func:`cpu_of`) the key of that CPU generation within its class,
+    ``qwen2.5-coder-1.5b|bfloat16|avx2+avx512f+avx512_bf16|26/2`` (a Zen 4 and a Zen 5 share one instruction-set
+    class and differ ~2x in speed)."""
+    return f"{model}|{dtype}|{cpu_isa}" + (f"|{cpu}" if cpu else "")
+
+
+def cpu_of(device_name: Any) -> str | None:
+    """The ``family/model`` numbers a row's ``device_name`` gives in brackets (``AMD EPYC [26/2] (2 cores, ...)``
+    -> ``26/2``, :func:`harness.rows.machine.device_name`); None without them (a GPU, an older row)."""
+    m = re.search(r"\[(\d+)/(\d+)\]", str(device_name))
+    return f"{m.group(1)}/{m.group(2)}" if m else None
 
 
 @dataclass(frozen=True)
@@ -175,11 +187,17 @@ def say(minutes: float) -> str:
     return f"~{minutes:.0f} min" if minutes < 90 else f"~{minutes / 60:.1f} h"
 
 
-def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[str, Any] | None = None) -> str:
+def estimate(jobs: Sequence[Job | None], njobs: int, key: str | Sequence[str],
+             costs: Mapping[str, Any] | None = None) -> str:
     """One line: the expected wall time of ``njobs`` jobs like ``jobs`` (every composed sweep point; their mean is
-    taken for the jobs not composed) on the machine class ``key`` (:func:`machine_key`), or why there is none."""
-    entry = (costs if costs is not None else load_costs())["entries"].get(key)
+    taken for the jobs not composed) on the machine ``key`` (:func:`machine_key`; several keys: the first the table
+    has, e.g. this CPU generation's, then its instruction-set class's, the line saying so), or why there is none."""
+    keys = [key] if isinstance(key, str) else list(key)
+    table = (costs if costs is not None else load_costs())["entries"]
+    found = next((k for k in keys if k in table), None)
+    entry = table.get(found) if found is not None else None
     if entry is None:
+        key = keys[-1]
         return (f"estimated time: unknown (no measured costs for {key.replace('|', ', ')} in "
                 f"benchmarks/baselines/{COSTS_FILE.name}; python benchmarks/costs.py <a run folder of this machine> "
                 "--write adds them)")
@@ -193,6 +211,9 @@ def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[st
             f"{len(first.decoders)} decoders x {first.cells} cell{'s' if first.cells != 1 else ''} x at most "
             f"{first.tokens} tokens per job; costs "
             f"measured on {entry.get('device_name', key)}: {', '.join(entry.get('source', [])) or '?'})")
+    if found != keys[0]:
+        line += (f"; no costs measured on this CPU ({keys[0].rsplit('|', 1)[-1]}): priced by another CPU of its "
+                 "instruction-set class")
     if unmeasured:
         line += f"; not measured, priced by their class or as vanilla: {', '.join(unmeasured)}"
     batched = sorted({j.batch_size for j in jobs if j is not None and j.batch_size > 1})
@@ -208,11 +229,13 @@ def estimate(jobs: Sequence[Job | None], njobs: int, key: str, costs: Mapping[st
     return line
 
 
-def line(configs: Sequence[Any], njobs: int, cpu_isa: str, native_bf16: bool | None) -> str:
+def line(configs: Sequence[Any], njobs: int, cpu_isa: str, native_bf16: bool | None, cpu: str | None = None
+         ) -> str:
     """The line ``run.py`` prints before a run: :func:`estimate` of ``njobs`` jobs like the composed ``configs``
     (:class:`harness.config.precheck.Folder`) on this machine (``cpu_isa`` and whether it computes bfloat16
-    natively, :mod:`harness.rows.machine`, so ``model.dtype=auto`` resolves as the run will). Never raises: an
-    estimate never stops a run that passed its checks."""
+    natively, :mod:`harness.rows.machine`, so ``model.dtype=auto`` resolves as the run will; ``cpu``: its
+    ``family/model`` numbers, priced by that CPU generation's entry where the table has one, else by its class's).
+    Never raises: an estimate never stops a run that passed its checks."""
     try:
         from omegaconf import OmegaConf
 
@@ -226,6 +249,9 @@ def line(configs: Sequence[Any], njobs: int, cpu_isa: str, native_bf16: bool | N
         if dtype == "auto":  # harness.job.models.resolve_dtype on a CPU
             dtype = "bfloat16" if native_bf16 else "float32"
         jobs = [job_of(c, TASK_SIZES) for c in configs]
-        return estimate(jobs, njobs, machine_key(str(OmegaConf.select(cfg, "model.name")), dtype, cpu_isa))
+        model = str(OmegaConf.select(cfg, "model.name"))
+        keys = [machine_key(model, dtype, cpu_isa, cpu), machine_key(model, dtype, cpu_isa)] if cpu else \
+            machine_key(model, dtype, cpu_isa)
+        return estimate(jobs, njobs, keys)
     except Exception as e:
         return f"estimated time: unknown ({type(e).__name__}: {e})"

@@ -95,6 +95,13 @@ def cpu_model() -> str:
     return _cpuinfo()["model_name"] or platform.processor() or platform.machine()
 
 
+def cpu_signature() -> str | None:
+    """This CPU's ``family/model`` numbers (``26/2`` for a Zen 5 EPYC), as :func:`device_name` writes them in
+    brackets: what tells apart CPU generations of one instruction-set class; None where /proc/cpuinfo lacks them."""
+    info = _cpuinfo()
+    return f"{info['family']}/{info['model']}" if info["family"] is not None else None
+
+
 def cpu_isa(flags: Iterable[str] | None = None) -> str:
     """The speed-relevant instruction sets present (:data:`ISA_FLAGS`, joined by ``+``; ``"unknown"`` when the
     flags cannot be read). Two CPUs sold under one model name ("AMD EPYC" covers Zen 3 without AVX-512 and
@@ -120,7 +127,8 @@ def native_half_precision(dtype: Any, flags: Iterable[str] | None = None) -> boo
 def emulated_half_note(environment: dict[str, Any]) -> str | None:
     """The warning for a run whose half-precision dtype this CPU emulates (``environment`` as
     :func:`environment` writes it: ``device``, ``dtype``, ``native_half_precision``, ``cpu_isa``), else None."""
-    if not str(environment.get("device", "")).startswith("cpu") or environment.get("native_half_precision") is not False:
+    if (not str(environment.get("device", "")).startswith("cpu")
+            or environment.get("native_half_precision") is not False):
         return None
     dtype = environment.get("dtype")
     return (f"dtype={dtype} on a CPU without {dtype} instructions (has {environment.get('cpu_isa')}; needs one of "
@@ -167,7 +175,8 @@ def environment(device: Any, dtype: Any, repo_dir: str | Path) -> dict[str, Any]
         "torch_num_threads": torch.get_num_threads(),
         "cpu_model": cpu_model(),
         "cpu_isa": cpu_isa(),
-        "native_half_precision": native_half_precision(dtype) if getattr(device, "type", str(device)) == "cpu" else None,
+        "native_half_precision": (native_half_precision(dtype) if getattr(device, "type", str(device)) == "cpu"
+                                  else None),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": cpu_affinity(),
         "dtype": str(dtype).replace("torch.", ""),
