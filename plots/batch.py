@@ -35,7 +35,7 @@ def speedup_vs_batch(agg: pd.DataFrame, subtitle: str = "", style: Style | None 
     """Throughput (left: the batch calls' tokens per second, ``batch_tokens_per_s``; ``tokens_per_s`` at batch size 1)
     and speedup vs vanilla at the same batch size with its interval (right), against the batch size, one line per
     decoder configuration; the crossover of each (:func:`crossover`) as a dotted line on the right panel, named in the
-    caption. Skipped unless the rows hold two batch sizes or more.
+    caption, which says when the interval there still reaches 1x (the crossover is then not resolved). Skipped unless the rows hold two batch sizes or more.
 
     Args:
         agg: :func:`harness.rows.metrics.aggregate` over runs at several ``runner.batch_size`` (each its own group):
@@ -66,7 +66,9 @@ def speedup_vs_batch(agg: pd.DataFrame, subtitle: str = "", style: Style | None 
         b = crossover(s)
         if b is not None:
             axes[1].axvline(b, color=colour, lw=0.7, ls=":")
-            crossings.append(f"{label} at batch size {fmt_tick(b)}")
+            high = pd.to_numeric(s.loc[s["batch_size"] == b, "speedup_high"], errors="coerce").max()
+            unsure = f" (its interval reaches 1x: {high:.2f})" if pd.notna(high) and high >= 1 else ""
+            crossings.append(f"{label} at batch size {fmt_tick(b)}{unsure}")
         elif (s["speedup"] < 1).all():
             crossings.append(f"{label} below 1x at every batch size")
     sizes = sorted(rows["batch_size"].dropna().unique())

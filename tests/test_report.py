@@ -598,6 +598,11 @@ def test_speedup_vs_batch_figure():
     fig = plots.speedup_vs_batch(agg, "pair · bfloat16 · cpu")
     caption = plots.caption(fig)
     assert "speculative at batch size 4" in caption and "prompt_lookup below 1x at every batch size" in caption
+    narrow = plots.caption(plots.speedup_vs_batch(agg.assign(speedup_high=agg["speedup"] + 0.05), "s"))
+    assert "speculative at batch size 4." in narrow or "speculative at batch size 4;" in narrow  # 0.9 [0.8, 0.95]
+    wide = agg.assign(speedup_high=agg["speedup"] + 0.2)  # 0.9 [0.8, 1.1]: the crossover is not resolved
+    assert "speculative at batch size 4 (its interval reaches 1x: 1.10)" in plots.caption(
+        plots.speedup_vs_batch(wide, "s"))
     assert "bfloat16" in caption and fig._suptitle is None
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["1", "2", "4", "8"]
     assert len(fig.axes[1].lines) >= 3  # two decoders' lines (vanilla is the 1x reference), the 1x line
