@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from plots.style import COLUMN_WIDTH_IN, FONT, SMALL, Style, legend_below, plt, set_titles
+from plots.style import COLUMN_WIDTH_IN, FONT, SMALL, Style, fmt_tick, legend_below, plt, set_titles
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,9 @@ def insitu_vs_bare(costs: pd.DataFrame, subtitle: str = "", style: Style | None 
                                 label=style.names.get(str(label), str(label)))
             seen.setdefault(style.names.get(str(label), str(label)), handle)
         ax.set_xscale("log", base=2)
+        ax.set_xticks(list(curve["k"]))  # the sizes timed, written as numbers (1, 2, 4, ...)
+        ax.set_xticklabels([fmt_tick(k) for k in curve["k"]])
+        ax.minorticks_off()
         ax.set_xlabel(xlabel, fontsize=FONT)
         ax.set_ylabel(f"{model}: seconds per forward\n/ bare target token", fontsize=FONT)
         ax.tick_params(labelsize=SMALL)
