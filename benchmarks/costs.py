@@ -155,7 +155,8 @@ def merge(table: dict, found: dict[str, dict], batch_only: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description="The cost table run.py prices a command by before it starts, from "
+                                     "measured runs: print the entries these runs give, or merge them (--write).")
     parser.add_argument("runs", nargs="+", help="run folders, sweep folders or results.jsonl files")
     parser.add_argument("--write", action="store_true", help=f"merge the entries into {COSTS_FILE.name}")
     parser.add_argument("--table", type=Path, default=COSTS_FILE, help="the cost table (default: %(default)s)")

@@ -117,8 +117,10 @@ class FixedTreeDecoder(DraftingDecoder, settings=FixedTreeSettings, uses_draft=T
         max_rank = max(p[-1] for p in self.shape.paths)
         self.draft_head = draft_head(self.draft_model, self.draft_vocab_size, self.vocab.draft, self.eos_token_ids)
         if max_rank >= self.draft_head.columns:
+            reduced = (f": the {self.draft_vocab_size} lowest-ranked ids and the end-of-sequence ids"
+                       if self.draft_vocab_size else "")
             raise ValueError(f"paths: rank {max_rank} is beyond the draft's vocabulary "
-                             f"({self.draft_head.columns} ids)")
+                             f"({self.draft_head.columns} ids{reduced})")
 
     def proposer(self) -> "_FixedTreeGrower":
         return _FixedTreeGrower(self)

@@ -65,5 +65,7 @@ def insitu_vs_bare(costs: pd.DataFrame, subtitle: str = "", style: Style | None 
     many = f" (median of {max(counts)} curves)" if max(counts) > 1 else ""
     set_titles(fig, "In-situ step costs against the bare models' cost curves, in units of the target's bare "
                f"one-token forward timed in the same job{many}: a point above its curve is the decoder's own work "
-               "(cache edits, masks, acceptance, host round trips) on top of the forward", subtitle)
+               "(cache edits, masks, acceptance, host round trips) on top of the forward; one below it, a forward "
+               "cheaper in situ than the single bare timing (timing noise, or a shorter context than the job's "
+               "first prompt)", subtitle)
     return fig

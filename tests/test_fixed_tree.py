@@ -154,7 +154,8 @@ def test_a_reduced_draft_vocabulary_ranks_only_its_ids(confident, prompt_ids, eo
         assert res.token_ids == vanilla.generate(ids, MAX_NEW).token_ids
         assert res.extra["draft_vocab_size"] == 60
     columns = decoder.draft_head.columns
-    with pytest.raises(ValueError, match=f"beyond the draft's vocabulary \\({columns} ids\\)"):
+    with pytest.raises(ValueError, match=f"beyond the draft's vocabulary \\({columns} ids: the 60 lowest-ranked ids "
+                                         "and the end-of-sequence ids\\)"):
         FixedTreeDecoder(t, d, paths=[[columns]], draft_vocab_size=60, eos_token_ids=eos_ids)
     FixedTreeDecoder(t, d, paths=[[columns - 1]], draft_vocab_size=60, eos_token_ids=eos_ids)  # the last rank
 

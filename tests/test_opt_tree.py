@@ -300,6 +300,8 @@ def test_a_reduced_draft_vocabulary_drafts_only_its_ids(confident, prompt_ids, e
         assert res.extra["draft_vocab_size"] == size
     assert high > 0, "the full head must draft ids the reduced one cannot, or this test shows nothing"
     assert "draft_vocab_size" not in full.generate(prompt_ids[0], 4).extra
+    with pytest.raises(ValueError, match="not below the draft's vocabulary"):  # a "reduced" head of every id
+        OptTreeDecoder(t, d, draft_vocab_size=10**9)
 
 
 def test_the_best_path_leads_the_verified_tree(confident, prompt_ids, eos_ids):

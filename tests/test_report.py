@@ -676,21 +676,22 @@ def test_threshold_figure(tmp_path, caplog):
     line per node budget measured at two thresholds or more (a budget at one threshold, and a cost-aware tree,
     are left out)."""
     rows = []
-    grid = [(25, 0.3, False, 2.2), (25, 0.5, False, 2.0), (25, 0.9, False, 1.6), (16, 0.5, False, 1.8),
-            (25, 0.7, True, 2.1)]
-    for i, (nodes, threshold, cost, factor) in enumerate(grid):
+    grid = [(25, 0.3, False, 2.2, 0), (25, 0.5, False, 2.0, 0), (25, 0.9, False, 1.6, 0), (16, 0.5, False, 1.8, 0),
+            (25, 0.7, True, 2.1, 0), (25, 0.7, False, 2.3, 40)]  # a reduced draft vocabulary is another line
+    for i, (nodes, threshold, cost, factor, vocab) in enumerate(grid):
         for r in fixture_rows("t", tasks=["humaneval"], spec_factor=factor, pattern=(nodes // 8, 2, 3)):
             if r["decoder"] == "vanilla":
                 if i == 0:
                     rows.append(r)
                 continue
-            params = {"num_nodes": nodes, "threshold": threshold, "max_depth": 10, "cost_aware": cost}
-            r.update(params, decoder=f"opt_tree_n{nodes}_t{threshold}_c{cost}",
+            params = {"num_nodes": nodes, "threshold": threshold, "max_depth": 10, "cost_aware": cost,
+                      "draft_vocab_size": vocab}
+            r.update(params, decoder=f"opt_tree_n{nodes}_t{threshold}_c{cost}_v{vocab}",
                      decoder_params=json.dumps(params, sort_keys=True))
             rows.append(r)
     agg = metrics.aggregate(report.load_rows([write_run(tmp_path / "trees", rows)]))
     fig = plots.accept_length_vs_threshold(agg, subtitle="pair · bfloat16 · cpu")
-    assert [t.get_text() for leg in fig.legends for t in leg.get_texts()] == ["opt_tree (nodes=25)"]
+    assert [t.get_text() for leg in fig.legends for t in leg.get_texts()] == ["opt_tree (nodes=25, draft_vocab_size=0)"]
     assert [list(line.get_xdata()) for line in fig.axes[0].get_lines()] == [[0.3, 0.5, 0.9]]
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0.3", "0.5", "0.9"]
     assert "threshold" in fig.axes[0].get_xlabel() and "bfloat16" in plots.caption(fig)

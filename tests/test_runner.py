@@ -555,3 +555,5 @@ def test_each_job_times_the_bare_cost_curves_once_after_the_warm_up(tmp_path):
     assert all(r.get("draft_cost_curve") is None and r["target_cost_curve"] for r in _rows(tmp_path / "n"))
     _run(tmp_path / "s", "decoder=[vanilla,speculative]", "runner.warmup=0")
     assert all(r.get("bare_token_s") is None for r in _rows(tmp_path / "s"))
+    _run(tmp_path / "b", "decoder=[vanilla,speculative]", "runner.batch_size=2")  # one row's curve is not a batch's
+    assert all(r.get("bare_token_s") is None and r["batch_cost_curve"] for r in _rows(tmp_path / "b"))

@@ -134,8 +134,12 @@ def draft_head(model: PreTrainedModel, size: int, limit: int, always: Iterable[i
     the LM head's weight (``size x hidden_size`` in the draft's dtype).
 
     Raises:
-        ValueError: from :class:`ReducedVocabHead` (no id below ``limit``).
+        ValueError: if ``size >= limit`` (the "reduced" head would hold every id: 0 turns it off), or from
+            :class:`ReducedVocabHead`.
     """
+    if size >= limit:
+        raise ValueError(f"draft_vocab_size={size} is not below the draft's vocabulary ({limit} ids the target can "
+                         "score): choose a smaller size, or 0 for the full head")
     return ReducedVocabHead(model, merge_rank_ids(size, limit, always)) if size else FullHead(model, limit)
 
 

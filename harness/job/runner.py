@@ -263,10 +263,11 @@ class Runner:
         prompt, once per job after the warm-up, before the first timed cell: the rows' ``bare_token_s`` (the
         target's one-token forward, seconds) and ``target_cost_curve`` / ``draft_cost_curve`` (``"k:ratio,..."``
         in units of it), against which the report sets each decoder's in-situ verify and draft costs. Nothing
-        without a warm-up (smoke runs), when every cell is done (resume), or without a prompt; a failure is
-        logged and leaves the columns empty (no cell depends on them)."""
-        if self._bare or not self.settings.warmup or not self.work:
-            return
+        without a warm-up (smoke runs), at a batch size above 1 (one row's curve is not a batch's), when every cell
+        is done (resume), or without a prompt; a failure is logged and leaves the columns empty (no cell depends on
+        them)."""
+        if self._bare or not self.settings.warmup or not self.work or self.settings.batch_size > 1:
+            return  # a batch's forwards are set against the batched curve (batch_cost_curve) instead
         if all(self._done(s, n, 0, r) for _, s in self.work for n in self.decoders
                for r in range(self.settings.repeats)):
             return

@@ -125,6 +125,8 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
         ok = at.notna() & (steps > 0)
         if ok.any():
             out["verify_bare_curve"] = float((at[ok] * steps[ok]).sum() / steps[ok].sum())
+    if math.isnan(out["verify_bare"]):
+        out["verify_bare_curve"] = math.nan  # no in-situ figure to set beside it (vanilla: no verify timer)
     if has_draft and "draft_tokens_fed" in g:
         prompt = num(g["prompt_tokens"]) if "prompt_tokens" in g else pd.Series(0.0, index=g.index)
         fed = num(g["draft_tokens_fed"]) - (prefill > 0) * (prompt + 1)
@@ -138,6 +140,8 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
                 ok &= at.notna()
                 if ok.any():
                     out["draft_bare_curve"] = float((at[ok] * forwards[ok]).sum() / forwards[ok].sum())
+    if math.isnan(out["draft_bare"]):
+        out["draft_bare_curve"] = math.nan
     return out
 
 
