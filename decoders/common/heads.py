@@ -13,12 +13,15 @@ the target's greedy output whatever the draft vocabulary. The target always uses
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from decoders.common.forward import forward
+
+log = logging.getLogger(__name__)
 
 
 def pair_vocab(target_model: PreTrainedModel, draft_model: PreTrainedModel) -> tuple[int, int, int]:
@@ -133,13 +136,15 @@ def draft_head(model: PreTrainedModel, size: int, limit: int, always: Iterable[i
     ``limit`` (what the target can embed and score). Built once per decoder: the reduced head copies its rows of
     the LM head's weight (``size x hidden_size`` in the draft's dtype).
 
+    A ``size`` not below ``limit`` gives a head of every id (the setting then cuts nothing; a real model's setting
+    run on a tiny model's vocabulary, say) and logs a warning saying so.
+
     Raises:
-        ValueError: if ``size >= limit`` (the "reduced" head would hold every id: 0 turns it off), or from
-            :class:`ReducedVocabHead`.
+        ValueError: from :class:`ReducedVocabHead`.
     """
     if size >= limit:
-        raise ValueError(f"draft_vocab_size={size} is not below the draft's vocabulary ({limit} ids the target can "
-                         "score): choose a smaller size, or 0 for the full head")
+        log.warning("draft_vocab_size=%d is not below the draft's vocabulary (%d ids the target can score): the "
+                    "reduced head holds every id and cuts nothing", size, limit)
     return ReducedVocabHead(model, merge_rank_ids(size, limit, always)) if size else FullHead(model, limit)
 
 
