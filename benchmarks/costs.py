@@ -134,12 +134,16 @@ def entries(run_dirs: list[str]) -> dict[str, dict]:
     return out
 
 
+def with_classes(found: dict[str, dict]) -> dict[str, dict]:
+    """``found`` plus, for each CPU generation's entry, the same entry under its instruction-set class's key."""
+    return {**found, **{machine_key(e["model"], e["dtype"], e["cpu_isa"]): e for e in found.values() if e.get("cpu")}}
+
+
 def merge(table: dict, found: dict[str, dict], batch_only: bool) -> list[str]:
     """Write ``found`` entries into ``table`` (the module docstring's rules); the keys it could not write
     (``batch_only`` for a class without an entry, or runs without batch rows)."""
     refused = []
-    classes = {machine_key(e["model"], e["dtype"], e["cpu_isa"]): e for e in found.values() if e.get("cpu")}
-    for key, entry in {**found, **classes}.items():
+    for key, entry in with_classes(found).items():
         old = table["entries"].get(key)
         if batch_only:
             if old is None or not entry.get("batch"):
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(refused)}; write the whole entry first (without --batch-only)", file=sys.stderr)
             return 2
         args.table.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-        keys = {*found, *(machine_key(e["model"], e["dtype"], e["cpu_isa"]) for e in found.values())}
+        keys = with_classes(found)
         print(f"wrote {len(keys)} entr{'y' if len(keys) == 1 else 'ies'} ({', '.join(sorted(keys))}) into {args.table}")
     return 0
 

@@ -95,6 +95,12 @@ def batch_cost_curve(model: PreTrainedModel, rows: int, sizes: list[int], repeat
     return curve
 
 
+def curve_text(curve: dict[int, float], unit: float) -> str:
+    """A timed curve (``{k: seconds}``) as the rows record it: ``"k:ratio,..."``, each time in multiples of ``unit``
+    seconds (``harness.rows.cell_figures.cost_curve`` reads it back)."""
+    return ",".join(f"{k}:{t / unit:.3f}" for k, t in curve.items())
+
+
 def forward_cost_curve(model: PreTrainedModel, sizes: list[int], repeats: int = 3,
                        context: torch.Tensor | None = None) -> dict[int, float]:
     """``{k: median seconds of one k-token forward}`` for each ``k`` in ``sizes`` (:func:`time_forward`)."""

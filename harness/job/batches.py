@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from decoders.common.cost import batch_cost_curve
+from decoders.common.cost import batch_cost_curve, curve_text
 from harness.job.cell import Cell, cell_row, load_1m, timed_generate_batch
 from harness.job.run_settings import decoder_order
 from harness.job.runner import Runner
@@ -92,7 +92,7 @@ class BatchRunner(Runner):
         (:func:`decoders.common.cost.batch_cost_curve`), as multiples of one token at batch size 1."""
         one = batch_cost_curve(self.pair.target, 1, [1], context=context)[1]
         curve = batch_cost_curve(self.pair.target, self.settings.batch_size, list(COST_POINTS), context=context)
-        return ",".join(f"{k}:{t / one:.3f}" for k, t in curve.items())
+        return curve_text(curve, one)
 
     def _generators(self, members: list[tuple[int, Sample]], repeat: int) -> list[torch.Generator]:
         return [self._generate_kwargs(s.sample_id, 0, repeat)[0]["generator"] for _, s in members]

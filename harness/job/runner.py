@@ -43,7 +43,7 @@ from harness.job.conversation import Conversation, Reference
 from harness.job.interrupts import StopAfterWrites
 from harness.job.warmup import WARMUP_SEARCH, WarmUp
 from harness.job.run_settings import ROTATION_RULE, RunSettings, decoder_order, parse_shard
-from decoders.common.cost import batch_cost_curve
+from decoders.common.cost import batch_cost_curve, curve_text
 from decoders.common.sampling import make_generator, sample_seed
 from tasks.base import encode_prompt
 from tasks.types import Sample
@@ -278,12 +278,11 @@ class Runner:
         try:
             target = batch_cost_curve(self.pair.target, 1, list(BARE_POINTS), context=context)
             unit = target[1]
-            self._bare = {"bare_token_s": unit,
-                          "target_cost_curve": ",".join(f"{k}:{t / unit:.3f}" for k, t in target.items())}
+            self._bare = {"bare_token_s": unit, "target_cost_curve": curve_text(target, unit)}
             draft = getattr(self.pair, "draft", None)
             if self.draft_users and draft is not None:
                 curve = batch_cost_curve(draft, 1, list(BARE_POINTS), context=context)
-                self._bare["draft_cost_curve"] = ",".join(f"{k}:{t / unit:.3f}" for k, t in curve.items())
+                self._bare["draft_cost_curve"] = curve_text(curve, unit)
         except Exception as e:  # noqa: BLE001 -- the curves are context for the report, not a cell's measurement
             log.warning("the bare cost curves could not be timed (%s: %s); the rows leave them empty",
                         type(e).__name__, e)

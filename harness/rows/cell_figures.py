@@ -119,14 +119,13 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
                 out[key] = float(per[ok].sum() / (base[ok] * scale[ok]).sum())
     curves = {"verify": g["target_cost_curve"] if "target_cost_curve" in g else None,
               "draft": g["draft_cost_curve"] if "draft_cost_curve" in g else None}
-    if curves["verify"] is not None and "target_tokens_fed_per_step" in g:
+    # each curve value only beside an in-situ one (vanilla has no verify timer)
+    if curves["verify"] is not None and "target_tokens_fed_per_step" in g and not math.isnan(out["verify_bare"]):
         k = num(g["target_tokens_fed_per_step"])
         at = pd.Series([curve_at(cost_curve(c), x) for c, x in zip(curves["verify"], k)], index=g.index)
         ok = at.notna() & (steps > 0)
         if ok.any():
             out["verify_bare_curve"] = float((at[ok] * steps[ok]).sum() / steps[ok].sum())
-    if math.isnan(out["verify_bare"]):
-        out["verify_bare_curve"] = math.nan  # no in-situ figure to set beside it (vanilla: no verify timer)
     if has_draft and "draft_tokens_fed" in g:
         prompt = num(g["prompt_tokens"]) if "prompt_tokens" in g else pd.Series(0.0, index=g.index)
         fed = num(g["draft_tokens_fed"]) - (prefill > 0) * (prompt + 1)
@@ -134,14 +133,12 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
         if ok.any():
             per_forward = fed / forwards
             out["draft_tokens_per_forward"] = float(fed[ok].sum() / forwards[ok].sum())
-            if curves["draft"] is not None:
+            if curves["draft"] is not None and not math.isnan(out["draft_bare"]):
                 at = pd.Series([curve_at(cost_curve(c), x) for c, x in zip(curves["draft"], per_forward)],
                                index=g.index)
                 ok &= at.notna()
                 if ok.any():
                     out["draft_bare_curve"] = float((at[ok] * forwards[ok]).sum() / forwards[ok].sum())
-    if math.isnan(out["draft_bare"]):
-        out["draft_bare_curve"] = math.nan
     return out
 
 

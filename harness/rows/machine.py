@@ -155,9 +155,8 @@ def device_name(device: Any) -> str:
 
     if getattr(device, "type", str(device)) == "cuda":
         return torch.cuda.get_device_name(device)
-    info = _cpuinfo()
-    sig = f" [{info['family']}/{info['model']}]" if info["family"] is not None else ""
-    return f"{cpu_model()}{sig} ({os.cpu_count()} cores, {cpu_isa(info['flags'])})"
+    sig = cpu_signature()
+    return f"{cpu_model()}{f' [{sig}]' if sig else ''} ({os.cpu_count()} cores, {cpu_isa(_cpuinfo()['flags'])})"
 
 
 def environment(device: Any, dtype: Any, repo_dir: str | Path) -> dict[str, Any]:
