@@ -59,6 +59,9 @@ DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
                   when=("cost_aware",)),
         Statistic("copy_step_rate", "float", "share", "OPT-Tree hybrid: share of steps that used a context copy",
                   when=("copy_tokens",)),
+        Statistic("copy_draft_rate", "float", "share", "OPT-Tree hybrid: share of the steps with a copy that also "
+                  "grew the draft's tree (draft_on_copy; cost-aware: where the costs expected it to pay)",
+                  when=("copy_tokens",)),
         Statistic("guess_fed_per_step", "float", "count", "OPT-Tree guessed chains: guessed tokens fed to the draft "
                   "per step", when=("guess_tokens",)),
         Statistic("guess_kept_per_step", "float", "count", "OPT-Tree guessed chains: guessed tokens the draft "

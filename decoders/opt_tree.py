@@ -38,7 +38,13 @@ Beyond the paper (each off by default):
   draft forward at all (the copy is the whole
   tree); otherwise the draft's tree is grown within the budget the copy leaves (``num_nodes - len(copy)`` nodes)
   and merged with it (a draft node equal to a copy node is the same node). ``num_nodes`` bounds every step's
-  verified tree, copy included.
+  verified tree, copy included. With ``cost_aware`` too (the *cost-aware hybrid*), the measured costs decide:
+  a copied node at depth ``i`` is worth ``q^i``, ``q`` this sample's rate of accepted copied tokens so far (copied
+  tokens accepted / (those + copy steps cut short), from 1/2); a copy step runs the draft only while the draft's own
+  trees have been expected to beat the copy alone (the running mean of the best rate the draft's tree reached on
+  steps without a copy, against ``(1 + E(copy)) / t_target(1 + len(copy))``), and the draft's tree grows, is
+  expanded and cut by the rate of the whole tree, copy included (its verified tokens and its expected accept
+  length; a draft node on the copy's path adds neither).
 * ``guess_tokens`` (*guessed chains*: several levels per draft forward): with each layer's frontier the draft is
   also fed a chain of up to ``guess_tokens`` tokens under the best frontier node: what followed the most recent
   earlier occurrence of the last n-gram of the context + that node's path (the copy's match). The forward gives
@@ -96,7 +102,8 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
         cost_aware: grow, expand and cut the tree by measured forward costs instead of ``threshold``.
         copy_tokens: ``>= 0``; 0 = off. Otherwise the hybrid tree's copied branch holds up to this many tokens
             (and at most ``num_nodes``).
-        draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found.
+        draft_on_copy: with ``copy_tokens``, also grow the draft model's tree on steps where a copy was found
+            (with ``cost_aware``: where the measured costs expect it to pay, see the module docstring).
         copy_min_match: with ``copy_tokens``, ``1 <= m <= 3``: copy only when the context's last ``n >= m`` tokens
             occurred earlier (``n`` = 3 tried first).
         guess_tokens: ``>= 0``; 0 = off. Otherwise each draft forward also feeds up to this many guessed tokens
@@ -144,10 +151,19 @@ class _TreeGrower:
         self._last_nodes: list[tuple[int, int, float, int]] = []  # draft nodes: token, parent, value, depth
         self._guessed: set[int] = set()  # candidates fed within a guessed chain this step (expanded already)
         self._guess_fed = 0  # guessed tokens fed this step
+        self._copy: list[int] = []  # this step's copied chain
+        self._copy_value = 0.0      # its expected accepted length (cost-aware hybrid; 0 otherwise)
+        self._last_rate = 0.0       # the best expected tokens/s of the tree just grown (cost-aware)
+        # The cost-aware hybrid's history for one sample: copied tokens accepted, copy steps cut short, and the
+        # running mean of the best rate the draft's tree reached on steps without a copy (None: none yet).
+        self._copy_hits = self._copy_misses = self._draft_steps = 0
+        self._draft_rate: float | None = None
 
     def start(self, prompt: list[int]) -> None:
         self.draft.start(prompt)
         self.copier = SuffixIndex(COPY_NGRAM)  # the hybrid tree's copy (prompt lookup's match), kept incrementally
+        self._copy_hits = self._copy_misses = self._draft_steps = 0
+        self._draft_rate = None
 
     # -------------------------------------------------------------------------------------------------------
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
@@ -162,20 +178,41 @@ class _TreeGrower:
             self.copier.candidates(context, 0)  # index the context for the guessed chains (incremental)
         self.budget = d.num_nodes - len(copy)  # draft nodes this step: the budget the copy leaves
         self._guessed, self._guess_fed = set(), 0
+        self._copy, self._copy_value = copy, (self._expected_copy(len(copy)) if d.cost_aware else 0.0)
         nodes: list[tuple[int, int, float, int]] = []  # (token, parent, value, depth)
         forwards = fed_tokens = 0
-        if depth_limit and self.draft.draftable and self.budget and (not copy or d.draft_on_copy):
+        drafted = bool(depth_limit and self.draft.draftable and self.budget and (not copy or self._draft_on_copy()))
+        if drafted:
             nodes, forwards, fed_tokens = self._grow(context, depth_limit)
+            if d.cost_aware and not copy:  # what the draft's own trees are expected to give, for later copy steps
+                self._draft_steps += 1
+                mean = self._draft_rate or 0.0
+                self._draft_rate = mean + (self._last_rate - mean) / self._draft_steps
         tokens, parents, origins = self._merge(copy, nodes)
         labels = ("draft", "copy") if d.copy_tokens else ("draft",)
         depth = max((self._depths(parents) or [0])) + (1 if parents else 0)
-        stats = {"tree_depth": depth, "copy_steps": bool(copy), "tree_nodes": len(tokens)}
+        stats = {"tree_depth": depth, "copy_steps": bool(copy), "tree_nodes": len(tokens),
+                 "copy_draft_steps": bool(copy) and drafted}
         if d.guess_tokens:
             stats.update(guess_fed=self._guess_fed, guess_kept=len(self._guessed),
                          guess_verified=sum(1 for i in self.chosen if i in self._guessed))
         return DraftTree(tokens=tokens, parents=parents,
                          counts=DraftCounts(origins=origins, labels=labels, draft_forwards=forwards,
                                             draft_tokens_fed=fed_tokens, stats=stats))
+
+    def _expected_copy(self, length: int) -> float:
+        """Expected accepted length of a copied chain of ``length`` tokens: ``q + q^2 + ... + q^length``, ``q`` the
+        sample's rate of accepted copied tokens so far (a Beta(1, 1) prior: 1/2 before any copy step)."""
+        q = (self._copy_hits + 1) / (self._copy_hits + self._copy_misses + 2)
+        return sum(q ** i for i in range(1, length + 1))
+
+    def _draft_on_copy(self) -> bool:
+        """Whether a step with a copy also grows the draft's tree: ``draft_on_copy``; cost-aware, only while the
+        draft's trees on steps without a copy were expected to beat the copy alone (or none was grown yet)."""
+        d = self.decoder
+        if not d.draft_on_copy or not d.cost_aware or self._draft_rate is None:
+            return d.draft_on_copy
+        return self._draft_rate > (1 + self._copy_value) / d.cost.target_time(1 + len(self._copy))
 
     @staticmethod
     def _depths(parents: Sequence[int]) -> list[int]:
@@ -239,6 +276,7 @@ class _TreeGrower:
             frontier = self._frontier(cand, best, first_new, spent, depth_limit)
         if d.cost_aware:  # `best` is the top n of `cand` on every way out of the loop
             best = best[: self._best_size(cand, best, spent)]
+            self._last_rate = rate
         # Layer by layer in value order, then depth first (siblings in that order): the best path leads the tree.
         chosen = sorted(best, key=lambda i: (cand[i][3], -cand[i][2]))
         index = {i: j for j, i in enumerate(chosen)}
@@ -320,13 +358,31 @@ class _TreeGrower:
 
     def _rates(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> list[float]:
         """Expected tokens per second of a step verifying the first ``m`` of ``best`` (``m = 0 .. len(best)``):
-        ``(1 + sum of their values) / (draft seconds spent + target seconds for 1 + m tokens)``."""
-        cost, total, rates = self.decoder.cost, 1.0, []
+        ``(1 + E(copy) + sum of their values) / (draft seconds spent + target seconds for 1 + len(copy) + m
+        tokens)``, except that a node on the copy's path (merged into it) adds neither its value nor a token
+        (without a copy: ``E(copy) = len(copy) = 0``)."""
+        cost, rates = self.decoder.cost, []
+        total, tokens = 1.0 + self._copy_value, 1 + len(self._copy)
+        merged = self._on_copy(cand, best) if self._copy else set()
         for m in range(len(best) + 1):
-            if m:
+            if m and best[m - 1] not in merged:
                 total += cand[best[m - 1]][2]
-            rates.append(total / (spent + cost.target_time(1 + m)))
+                tokens += 1
+            rates.append(total / (spent + cost.target_time(tokens)))
         return rates
+
+    def _on_copy(self, cand: list[tuple[int, int, float, int]], nodes: Sequence[int]) -> set[int]:
+        """The candidates among ``nodes`` whose path from the pending token is a prefix of this step's copy (the
+        verified tree merges them into the copy's nodes, :meth:`_merge`)."""
+        copy, on = self._copy, {}
+
+        def follows(i: int) -> bool:
+            if i not in on:
+                token, parent, _, depth = cand[i]
+                on[i] = depth < len(copy) and token == copy[depth] and (parent < 0 or follows(parent))
+            return on[i]
+
+        return {i for i in nodes if follows(i)}
 
     def _rate(self, cand: list[tuple[int, int, float, int]], best: list[int], spent: float) -> float:
         return max(self._rates(cand, best, spent)) if self.decoder.cost_aware else 0.0
@@ -362,6 +418,10 @@ class _TreeGrower:
         tree_to_draft = {t: i for i, t in enumerate(self.node_of)}
         self.draft.accepted(verdict, (self.chosen[tree_to_draft[k]] if k in tree_to_draft else None
                                       for k in verdict.path[: verdict.kept]))
+        if self._copy:  # the copy's nodes lead the verified tree (indices 0 .. len - 1)
+            hits = sum(1 for k in verdict.path[: verdict.kept] if k < len(self._copy))
+            self._copy_hits += hits
+            self._copy_misses += hits < len(self._copy)
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         d, n = self.decoder, len(steps)
@@ -383,5 +443,7 @@ class _TreeGrower:
                           for key in ("guess_fed", "guess_kept", "guess_verified")})
         if d.copy_tokens:
             out.update(copy_tokens=d.copy_tokens, draft_on_copy=d.draft_on_copy, copy_min_match=d.copy_min_match,
-                       copy_step_rate=stats.get("copy_steps", 0) / n if n else 0.0)
+                       copy_step_rate=stats.get("copy_steps", 0) / n if n else 0.0,
+                       copy_draft_rate=(stats.get("copy_draft_steps", 0) / stats["copy_steps"]
+                                        if stats.get("copy_steps") else 0.0))
         return out

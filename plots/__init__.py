@@ -285,6 +285,22 @@ TREE_OPTIONS = ("threshold", "max_depth", "cost_aware", "copy_tokens", "draft_on
                 "guess_tokens", "draft_vocab_size")
 
 
+def _tree_series(trees: pd.DataFrame, keys: Sequence[str], x: str, min_points: int = 1,
+                 note: Callable[[pd.DataFrame], str] | None = None) -> list[tuple[str, str, pd.DataFrame]]:
+    """The lines of the two tree figures, for :func:`_lines`: one per run group and combination of the ``keys``
+    columns, named ``opt_tree (key=value, ...)`` (``num_nodes`` shown as ``nodes``; ``note(rows)`` added where it
+    says something), those with fewer than ``min_points`` values of ``x`` left out."""
+    series = []
+    for key, s in trees.groupby(["group", *keys], sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        if s[x].nunique() < min_points:
+            continue
+        shown = [f"{'nodes' if k == 'num_nodes' else k}={fmt_tick(v)}" for k, v in zip(keys, key[1:])]
+        shown += [note(s)] if note and note(s) else []
+        series.append((f"opt_tree ({', '.join(shown)})" if shown else "opt_tree", str(key[0]), s))
+    return series
+
+
 def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style | None = None) -> Any:
     """Accept length (left) and speedup with its CI (right) against the draft tree's node budget
     (``num_nodes``): OPT-Tree's scaling figure. Points are the aggregate's rows with a ``num_nodes`` (each its
@@ -304,12 +320,7 @@ def accept_length_vs_nodes(agg: pd.DataFrame, subtitle: str = "", style: Style |
     sized &= fed.notna()
     trees["_nodes"] = budget.where(~sized, fed)
     options = [c for c in TREE_OPTIONS if c in trees and trees[c].astype(str).nunique() > 1]
-    series = []
-    for key, s in (trees.groupby(["group", *options], sort=False, dropna=False)):
-        key = key if isinstance(key, tuple) else (key,)
-        shown = ", ".join(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[1:]))
-        shown += ", at nodes verified" if sized[s.index].any() else ""
-        series.append((f"opt_tree ({shown.lstrip(', ')})" if shown else "opt_tree", str(key[0]), s))
+    series = _tree_series(trees, options, "_nodes", note=lambda s: "at nodes verified" if sized[s.index].any() else "")
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
     _lines(axes, series, "_nodes", "accept_length", list(dict.fromkeys(str(g) for g in trees["group"])))
     for x, y, b in zip(trees.loc[sized, "_nodes"], trees.loc[sized, "accept_length"], budget[sized]):
@@ -340,12 +351,7 @@ def accept_length_vs_threshold(agg: pd.DataFrame, subtitle: str = "", style: Sty
     trees["_threshold"] = pd.to_numeric(trees["threshold"], errors="coerce")
     options = [c for c in TREE_OPTIONS if c not in ("threshold", "cost_aware") and c in trees
                and trees[c].astype(str).nunique() > 1]
-    series = []
-    for key, s in trees.groupby(["group", "num_nodes", *options], sort=False, dropna=False):
-        if s["_threshold"].nunique() < 2:
-            continue
-        shown = ", ".join([f"nodes={fmt_tick(key[1])}", *(f"{k}={fmt_tick(v)}" for k, v in zip(options, key[2:]))])
-        series.append((f"opt_tree ({shown})", str(key[0]), s))
+    series = _tree_series(trees, ["num_nodes", *options], "_threshold", min_points=2)
     if not series:
         log.info("accept_length_vs_threshold skipped: no node budget measured at two thresholds or more")
         return None

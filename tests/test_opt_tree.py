@@ -37,6 +37,7 @@ CONFIGS = {
     "guess_hybrid": dict(num_nodes=16, copy_tokens=10, draft_on_copy=True, guess_tokens=4),
     "reduced_vocab": dict(num_nodes=16, threshold=0.0, max_depth=8, draft_vocab_size=60),
     "reduced_vocab_guess_hybrid": dict(num_nodes=16, copy_tokens=10, guess_tokens=4, draft_vocab_size=60),
+    "cost_hybrid": dict(num_nodes=16, copy_tokens=10, cost_aware=True),
 }
 
 
@@ -326,3 +327,58 @@ def test_the_best_path_leads_the_verified_tree(confident, prompt_ids, eos_ids):
         assert siblings[0] == j and values[j] == max(values[i] for i in siblings)
     children = [i for i, p in enumerate(tree.parents) if p == lead - 1]
     assert not children  # the leading chain ends at a leaf
+
+
+def _hybrid_grower(confident, slope: float, **settings) -> _TreeGrower:
+    """A cost-aware hybrid tree's proposer on a synthetic cost curve (:func:`_cost`)."""
+    t, d = confident
+    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, **settings)
+    decoder.cost_aware, decoder.cost = True, _cost(slope)
+    return _TreeGrower(decoder)
+
+
+def _copy_step(grower: _TreeGrower, copy: list[int], hits: int, misses: int) -> None:
+    grower._copy_hits, grower._copy_misses = hits, misses
+    grower._copy, grower._copy_value = copy, grower._expected_copy(len(copy))
+
+
+def test_cost_aware_hybrid_drafts_on_a_copy_step_only_where_the_draft_is_expected_to_pay(confident):
+    # Before: a cost-aware hybrid drafted on every copy step (and ranked its nodes as if the copy were not verified)
+    grower = _hybrid_grower(confident, slope=0.05)  # 11 tokens verified in 1.5 target forwards of one token
+    _copy_step(grower, [5] * 10, hits=90, misses=1)  # copies nearly always right so far: q = 91/93
+    assert grower._copy_value == pytest.approx(sum((91 / 93) ** i for i in range(1, 11)))
+    assert grower._draft_on_copy()  # no draft-only step yet: the draft is tried
+    grower._draft_rate = 1.5e3  # the draft's own trees: 1.5 tokens per ms
+    assert not grower._draft_on_copy()  # the copy alone: (1 + 8.9) tokens / 1.5 ms = 6.6 per ms
+    _copy_step(grower, [5] * 10, hits=0, misses=99)  # copies nearly always wrong so far: q = 1/101
+    assert grower._draft_on_copy()  # the copy alone: 1.01 tokens / 1.5 ms = 0.67 per ms
+    never = _hybrid_grower(confident, slope=0.05, draft_on_copy=False)
+    _copy_step(never, [5] * 10, hits=0, misses=99)
+    never._draft_rate = 1.5e3
+    assert not never._draft_on_copy()  # draft_on_copy=False is obeyed
+    plain = _TreeGrower(OptTreeDecoder(*confident, num_nodes=16, copy_tokens=10))
+    assert plain._draft_on_copy() and plain._copy_value == 0.0  # not cost-aware: draft_on_copy as set
+
+
+def test_cost_aware_hybrid_rates_count_the_copy_once(confident):
+    grower = _hybrid_grower(confident, slope=0.05)
+    _copy_step(grower, [7, 8], hits=0, misses=0)  # q = 1/2: E(copy) = 0.5 + 0.25
+    cand = [(7, -1, 0.9, 0), (3, -1, 0.05, 0), (8, 0, 0.8, 1)]  # nodes 0 and 2 are the copy's path
+    t = grower.decoder.cost.target_time
+    rates = grower._rates(cand, [0, 2, 1], spent=2e-3)
+    assert rates[:3] == pytest.approx([1.75 / (2e-3 + t(3))] * 3)  # merged nodes add no value and no token
+    assert rates[3] == pytest.approx(1.8 / (2e-3 + t(4)))
+    grower._copy, grower._copy_value = [], 0.0  # without a copy: as before
+    assert grower._rates(cand, [0, 2], spent=0.0) == pytest.approx([1 / t(1), 1.9 / t(2), 2.7 / t(3)])
+
+
+def test_cost_aware_hybrid_reports_its_copy_steps_that_drafted(confident, prompt_ids, eos_ids):
+    t, d = confident
+    decoder = OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, eos_token_ids=eos_ids)
+    decoder.cost_aware, decoder.cost = True, _cost(0.05)
+    rates = []
+    for i in (2, 3, 8, 11):  # repetitive prompts: copies hit
+        res = decoder.generate(prompt_ids[i], MAX_NEW)
+        assert res.token_ids == VanillaDecoder(t, eos_token_ids=eos_ids).generate(prompt_ids[i], MAX_NEW).token_ids
+        rates.append((res.extra["copy_step_rate"], res.extra["copy_draft_rate"]))
+    assert all(0.0 <= r <= 1.0 for pair in rates for r in pair) and max(c for c, _ in rates) > 0, rates

@@ -442,7 +442,10 @@ def test_a_first_cell_far_off_the_decoders_others_is_flagged_in_the_summary(tmp_
     seen = set()
 
     def slow_first(decoder, *args, **kwargs):
-        result, wall, timing = real(decoder, *args, **kwargs)
+        # Every call's wall time is set (50 ms; the first speculative one 40x that): millisecond tiny-model
+        # timings under load spread enough to hide, or mimic, the slow cell
+        result, _, timing = real(decoder, *args, **kwargs)
+        wall = 0.05
         if type(decoder).__name__ not in seen and args[1] == 4:  # the first timed call of each decoder
             seen.add(type(decoder).__name__)
             if type(decoder).__name__ == "SpeculativeDecoder":

@@ -91,12 +91,12 @@ def test_a_missing_cell_is_a_dash_and_a_short_one_says_k_of_n(tmp_path):
 def _tex_width(tex: str) -> tuple[str, float]:
     """The table's environment and its body's estimated width at its font size."""
     env = re.search(r"\\begin\{(table\*?)\}", tex).group(1)
-    size = next(s for s in tables.FONT_PT if s in tex)
+    size = next(s for s in tables.EM_PT if s in tex)
     body = tex.split("\\midrule", 1)[1].split("\\bottomrule", 1)[0].strip().splitlines()
     header = tex.split("\\midrule", 1)[0].rstrip().splitlines()[-1]  # the line of column heads
     rows = [[c.strip().replace("\\", "").replace("$tau$", "τ").replace("$alpha$", "α")
              for c in line.rstrip("\\ ").split(" & ")] for line in [header, *body]]
-    return env, tables.width_pt(list(zip(*rows)), tables.FONT_PT[size])
+    return env, tables.width_pt(list(zip(*rows)), tables.EM_PT[size])
 
 
 def test_latex_fits_a_column_or_spans_both(tmp_path):

@@ -3,11 +3,13 @@ that a tree forward gives every token the logits of a plain forward along its ro
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
 from decoders.common.forward import forward, new_cache
-from decoders.common.tree import lookahead_layout, tree_attention
+from decoders.common.tree import lookahead_layout, tree_attention, tree_rows
 
 NEG = torch.finfo(torch.float32).min
 
@@ -62,6 +64,24 @@ def test_mask_rows_start_aligned(past_len, dtype):
     dense = torch.zeros((1, 1, 5, past_len + 5), dtype=dtype)
     dense[0, 0, :, past_len:] = mask[0, 0, :, past_len:]
     assert torch.equal(mask, dense)  # the same values as a dense mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_built_layer_by_layer_equal_the_full_masks_rows(dtype):
+    # the tree drafter builds only a new layer's rows (tree_rows); they must equal those rows of the full mask
+    rng = random.Random(0)
+    for _ in range(20):
+        parents, lines, past_len = [], [], rng.randrange(0, 40)
+        while len(parents) < 30:
+            start = len(parents)
+            for _ in range(rng.randrange(1, 6)):  # a layer: parents among the earlier layers (or the pending token)
+                p = rng.randrange(-1, start)
+                parents.append(p)
+                lines.append([*lines[p], len(lines)] if p >= 0 else [len(lines)])
+            mask, pos = tree_rows(lines[start:], past_len, len(parents), dtype=dtype)
+            full_mask, full_pos = tree_attention(parents, past_len, dtype=dtype)
+            assert torch.equal(mask, full_mask[:, :, start:]) and torch.equal(pos, full_pos[:, start:])
+            assert mask.stride(-2) % 16 == 0 and mask.dtype == dtype and pos.dtype == torch.long
 
 
 @pytest.mark.parametrize("parents", [[0], [-1, 1], [-1, 0, 3, 1], [-2]])

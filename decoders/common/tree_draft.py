@@ -29,7 +29,7 @@ from decoders.common.base import DraftingDecoder
 from decoders.common.driver import Verdict
 from decoders.common.forward import new_cache
 from decoders.common.kv_cache import keep_path
-from decoders.common.tree import tree_attention
+from decoders.common.tree import tree_rows
 
 
 class TreeDrafter:
@@ -50,7 +50,7 @@ class TreeDrafter:
         self.draftable = True
         self.ctx_len = 0
         self.fed: dict[int, int] = {}
-        self._feed_parents: list[int] = []  # parent of each fed node, as a position among the fed (-1: pending)
+        self._lines: list[list[int]] = []  # each fed node's ancestor-or-self positions among the fed, root first
 
     def start(self, prompt: list[int]) -> None:
         self.draftable = self.decoder.vocab.can_embed(prompt)
@@ -79,7 +79,7 @@ class TreeDrafter:
         feed = context[self.cached:]
         logits = self.head.logits(torch.tensor([feed], device=self.device), self.cache, keep=1)
         self.ctx_len = self.cached = len(context)
-        self.fed, self._feed_parents = {}, []
+        self.fed, self._lines = {}, []
         return self.probs(logits), len(feed)
 
     def layer(self, keys: Sequence[int], tokens: Sequence[int], parent_keys: Sequence[int]) -> torch.Tensor:
@@ -94,14 +94,16 @@ class TreeDrafter:
         Returns:
             the draft's distribution after each node, ``torch.FloatTensor`` of shape ``(len(keys), columns)``.
         """
-        start = len(self._feed_parents)
+        start = len(self._lines)
         for key, parent in zip(keys, parent_keys):
-            self._feed_parents.append(self.fed[parent] if parent >= 0 else -1)
-            self.fed[key] = len(self.fed)
-        mask, pos = tree_attention(self._feed_parents, self.ctx_len, dtype=self.decoder.draft_model.dtype,
-                                   device=self.device)
+            position = len(self._lines)
+            self._lines.append([*self._lines[self.fed[parent]], position] if parent >= 0 else [position])
+            self.fed[key] = position
+        # Only the new nodes' rows: the earlier ones' never change (masks built incrementally).
+        mask, pos = tree_rows(self._lines[start:], self.ctx_len, len(self._lines),
+                              dtype=self.decoder.draft_model.dtype, device=self.device)
         logits = self.head.logits(torch.tensor([list(tokens)], device=self.device), self.cache,
-                                  position_ids=pos[:, start:], attention_mask=mask[:, :, start:], keep=len(tokens))
+                                  position_ids=pos, attention_mask=mask, keep=len(tokens))
         return self.probs(logits)
 
     def rename(self, key: int, new_key: int) -> None:
@@ -131,4 +133,4 @@ class TreeDrafter:
             kept.append(self.ctx_len + self.fed[key])
         keep_path(self.cache, self.ctx_len, kept)
         self.cached = self.ctx_len + len(kept)
-        self.fed, self._feed_parents = {}, []
+        self.fed, self._lines = {}, []

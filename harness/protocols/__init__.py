@@ -5,6 +5,8 @@
   rules in :mod:`~harness.protocols.tune_select`, its output in :mod:`~harness.protocols.tune_write`.
 * :mod:`harness.protocols.headline` -- the README's headline table and the committed race reports behind it
   (``benchmarks/headline.py``, ``--check`` in CI), compared with :mod:`~harness.protocols.committed`.
+* :mod:`harness.protocols.papers` -- the tables of docs/papers.md, the papers' numbers beside ours read from the
+  committed paper-preset reports (``benchmarks/papers.py``, ``--check`` in CI).
 
 The protocols themselves are described in docs/experiments.md ("Tuning protocol") and docs/results.md. This part
 imports the report, rows and config parts (and ``tasks`` for the dev splits), never the job: no model is loaded.

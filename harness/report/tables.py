@@ -246,58 +246,62 @@ def tex_escape(s: Any) -> str:
     return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
-#: Widths a LaTeX table is fitted to, in points: a column and the text of a two-column page (the ACL, NeurIPS, ICML
-#: and IEEE two-column styles all lie within a few points of these).
+#: Widths a LaTeX table is fitted to, in points: a column and the text of a two-column page (ACM's sigconf: 241 and
+#: 506 pt; the ACL, ICML and IEEE two-column styles lie within a few points of these).
 COLUMN_PT, TEXT_PT = 241.0, 505.0
-#: Font sizes of a 10 pt document, in points, and the tabular's space between columns (2 x \tabcolsep).
-FONT_PT = {r"\small": 9.0, r"\footnotesize": 8.0, r"\scriptsize": 7.0}
+#: The width estimate's em at each font size of a 10 pt document, in points (twice a digit's width), and the
+#: tabular's space between columns (2 x \tabcolsep). Computer Modern's smaller optical sizes are set wider than
+#: their nominal size: a digit is 0.51 em of cmr9, 0.53 of cmr8, 0.57 of cmr7 against 0.50 of cmr10 (pdflatex), so
+#: ``\scriptsize`` (7 pt) counts 7.97 pt per em; a table estimated at 7 pt stuck out of the page by 4 %
+#: (``benchmarks/latex_check.py`` typesets the committed tables).
+EM_PT = {r"\small": 9.225, r"\footnotesize": 8.5, r"\scriptsize": 7.97}
 COLUMN_GAP_PT = 12.0
 
 
-#: Characters about a quarter em wide in Computer Modern and Times (punctuation, brackets, spaces); capitals and
-#: ``m``/``w`` are about 0.75 em; every other character, digits included, half an em.
+#: Characters 0.28-0.33 em wide in Computer Modern (punctuation, brackets, spaces; counted as 0.3 em); capitals
+#: and ``m``/``w`` are about 0.75 em; every other character, digits included, half an em.
 NARROW_CHARS, WIDE_CHARS = frozenset(" .,:;[]()/|'!-ilj"), frozenset("ABCDEFGHKMNOQRUVWXYmw@%")
 
 
 def text_width_em(text: str) -> float:
     """Estimated width of ``text`` in ems (:data:`NARROW_CHARS`, :data:`WIDE_CHARS`, else half an em)."""
-    return sum(0.25 if ch in NARROW_CHARS else 0.75 if ch in WIDE_CHARS else 0.5 for ch in str(text))
+    return sum(0.3 if ch in NARROW_CHARS else 0.75 if ch in WIDE_CHARS else 0.5 for ch in str(text))
 
 
-def width_pt(cells: Sequence[Sequence[str]], font_pt: float) -> float:
+def width_pt(cells: Sequence[Sequence[str]], em_pt: float) -> float:
     """Estimated width in points of a tabular whose columns hold ``cells`` (each column's texts, its header
-    included) set at ``font_pt``: each column as wide as its widest text (:func:`text_width_em`) plus the gap
-    between columns."""
-    return sum(max(text_width_em(t) for t in col) * font_pt + COLUMN_GAP_PT for col in cells)
+    included) set with an em of ``em_pt`` points (:data:`EM_PT`): each column as wide as its widest text
+    (:func:`text_width_em`) plus the gap between columns."""
+    return sum(max(text_width_em(t) for t in col) * em_pt + COLUMN_GAP_PT for col in cells)
 
 
-def frame_width_pt(text: pd.DataFrame, font_pt: float = FONT_PT[r"\small"]) -> float:
+def frame_width_pt(text: pd.DataFrame, em_pt: float = EM_PT[r"\small"]) -> float:
     """:func:`width_pt` of a formatted table: its index levels and its columns, headers included."""
     index = [[*map(str, text.index.get_level_values(i)), str(text.index.names[i] or "")]
              for i in range(text.index.nlevels)]
     if text.index.nlevels == 1:
         index[0].append(str(text.columns.name or ""))
-    return width_pt([*index, *[[*text[c].astype(str), str(c)] for c in text.columns]], font_pt)
+    return width_pt([*index, *[[*text[c].astype(str), str(c)] for c in text.columns]], em_pt)
 
 
 #: The ways a table is set, tried in order: (environment, font size): a column (``table``), then both columns of a
-#: two-column page (``table*``) in each of :data:`FONT_PT` in turn.
-FITS = (("table", r"\small"), *(("table*", size) for size in FONT_PT))
+#: two-column page (``table*``) in each of :data:`EM_PT` in turn.
+FITS = (("table", r"\small"), *(("table*", size) for size in EM_PT))
 
 
 def fit_width(width: Callable[[float], float], fits: Sequence[tuple[str, str]] = FITS) -> tuple[str, str, bool]:
-    """The first ``(environment, size)`` of ``fits`` in which a table ``width(font_pt)`` points wide fits its
+    """The first ``(environment, size)`` of ``fits`` in which a table ``width(em_pt)`` points wide fits its
     frame (:data:`COLUMN_PT` for ``table``, :data:`TEXT_PT` for ``table*``), and True; else the last one, and
     False (the caller then scales the tabular to the text width)."""
     for env, size in fits:
-        if width(FONT_PT[size]) <= (COLUMN_PT if env == "table" else TEXT_PT):
+        if width(EM_PT[size]) <= (COLUMN_PT if env == "table" else TEXT_PT):
             return env, size, True
     return fits[-1][0], fits[-1][1], False
 
 
 def fit(text: pd.DataFrame) -> tuple[str, str, bool]:
     """Where and how small ``text`` is set (:func:`fit_width` of :func:`frame_width_pt`): ``("table", "\\small",
-    True)`` when it fits a column, else ``table*`` in the largest of :data:`FONT_PT` that fits the page; the
+    True)`` when it fits a column, else ``table*`` in the largest of :data:`EM_PT` that fits the page; the
     smallest and False when none does (:func:`latex` then scales the tabular to the text width)."""
     return fit_width(lambda pt: frame_width_pt(text, pt))
 
@@ -328,7 +332,7 @@ def latex(text: pd.DataFrame, caption: str = "", label: str = "", caption_tex: s
 
 def scaled_to_text(tex: str) -> str:
     """A LaTeX table whose (first) tabular is scaled to the text width: ``\\resizebox{\\textwidth}{!}{...}``
-    around it (package graphicx), for a table too wide even in the smallest of :data:`FONT_PT`."""
+    around it (package graphicx), for a table too wide even in the smallest of :data:`EM_PT`."""
     return tex.replace("\\begin{tabular}", "\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}", 1).replace(
         "\\end{tabular}\n", "\\end{tabular}}\n", 1)
 

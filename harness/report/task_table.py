@@ -19,7 +19,7 @@ import re
 import pandas as pd
 
 from harness.rows import columns
-from harness.report.tables import (COLUMN_GAP_PT, FITS, FONT_PT, fit_width, has_interval, interval_cell,
+from harness.report.tables import (COLUMN_GAP_PT, EM_PT, FITS, fit_width, has_interval, interval_cell,
                                    scaled_to_text, short_of, tex_escape, tex_header, text_width_em, width_pt)
 from harness.report.tables import markdown as md
 
@@ -137,7 +137,7 @@ def latex(text: pd.DataFrame, caption: str, label: str) -> str:
     if not fits:
         body, intervals = text.apply(lambda col: col.map(bare) if "speedup" in col.name[1] else col), False
         env, size, fits = fit_width(lambda pt: width(body, False, pt), FITS[2:])
-    wide = width(body, intervals, FONT_PT[size])
+    wide = width(body, intervals, EM_PT[size])
     if not intervals:
         caption += " Intervals: tasks.md and main.md (left out here to fit the page)."
     lines = [rf"\begin{{{env}}}[t]", r"\centering", size, rf"\caption{{{tex_header(tex_escape(caption))}}}",
