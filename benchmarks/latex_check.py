@@ -1,10 +1,10 @@
 """Typeset every committed report's LaTeX tables in a two-column page and say which ones fail or stick out.
 
 The report fits each table by an estimated width (``harness/report/tables.py``); this runs real LaTeX over the
-result, the way a reviewer pastes a table into a paper: one document per ``.tex`` file, a two-column page of ACM's
-``sigconf`` measures (columns 241 pt, text 506 pt; :data:`PREAMBLE`), ``booktabs`` and ``graphicx`` as the report's
-docs say. A file passes when ``pdflatex`` compiles it without an error and no box sticks out of its column (a
-``table``) or the page (a ``table*``) by more than :data:`SLACK_PT`.
+result, the way a reviewer pastes a table into a paper: one document per ``.tex`` file, a two-column page of the
+measures the report fits to (``harness.report.tables.COLUMN_PT`` / ``TEXT_PT``, ACM sigconf's; :data:`PREAMBLE`),
+``booktabs`` and ``graphicx`` as the report's docs say. A file passes when ``pdflatex`` compiles it without an
+error and no box sticks out of its column (a ``table``) or the page (a ``table*``) by more than :data:`SLACK_PT`.
 
     python benchmarks/latex_check.py                      # every results/reference/**/report/*.tex and docs/results
     python benchmarks/latex_check.py RUN/report/main.tex  # some files
@@ -26,14 +26,20 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-#: The page: two columns of 241 pt with a 24 pt gap (ACM ``sigconf``'s measures), the packages the report needs.
-PREAMBLE = r"""\documentclass[10pt,twocolumn]{article}
-\usepackage[paperwidth=8.5in,paperheight=11in,textwidth=506.3pt,columnsep=24pt,textheight=9.25in]{geometry}
-\usepackage{booktabs}
+from harness.report.tables import COLUMN_PT, TEXT_PT  # noqa: E402
+
+#: The page the report fits its tables to (harness.report.tables: columns of COLUMN_PT, text of TEXT_PT, ACM
+#: ``sigconf``'s measures), with the packages the report needs.
+PREAMBLE = (r"""\documentclass[10pt,twocolumn]{article}
+\usepackage[paperwidth=8.5in,paperheight=11in,textheight=9.25in,"""
+            f"textwidth={TEXT_PT}pt,columnsep={TEXT_PT - 2 * COLUMN_PT}pt]{{geometry}}\n"
+            r"""\usepackage{booktabs}
 \usepackage{graphicx}
 \begin{document}
-"""
+""")
 #: A box may stick out this far (points) before the table counts as not fitting (TeX's own ``\hfuzz`` is 0.1 pt).
 SLACK_PT = 1.0
 

@@ -296,7 +296,8 @@ def _tree_series(trees: pd.DataFrame, keys: Sequence[str], x: str, min_points: i
         if s[x].nunique() < min_points:
             continue
         shown = [f"{'nodes' if k == 'num_nodes' else k}={fmt_tick(v)}" for k, v in zip(keys, key[1:])]
-        shown += [note(s)] if note and note(s) else []
+        said = note(s) if note else ""
+        shown += [said] if said else []
         series.append((f"opt_tree ({', '.join(shown)})" if shown else "opt_tree", str(key[0]), s))
     return series
 

@@ -92,17 +92,17 @@ def tree_attention(
     # drafter feeds mask[:, :, start:]) starts on an aligned address too: CUDA attention kernels read the mask in
     # aligned vectors. With row stride past_len + n, bfloat16 tree decoding on an H200 stopped with "CUDA error:
     # misaligned address" (results/reference/gpu_h200)
-    mask = _mask_rows(n, past_len + n, dtype, device, fill=0.0)
+    mask = _mask_rows(n, past_len + n, dtype, device)
     mask[0, 0, :, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
     position_ids = (depth.to(device) + past_len).unsqueeze(0)
     return mask, position_ids
 
 
-def _mask_rows(rows: int, width: int, dtype: torch.dtype, device: torch.device | str, fill: float) -> torch.Tensor:
-    """A ``(1, 1, rows, width)`` tensor filled with ``fill``: a view of a buffer whose rows are ``_MASK_ALIGN``
-    elements apart (see :func:`tree_attention`)."""
+def _mask_rows(rows: int, width: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A ``(1, 1, rows, width)`` tensor of zeros: a view of a buffer whose rows are ``_MASK_ALIGN`` elements apart
+    (see :func:`tree_attention`)."""
     stride = -(-width // _MASK_ALIGN) * _MASK_ALIGN
-    return torch.full((1, 1, rows, stride), fill, dtype=dtype, device=device)[..., :width]
+    return torch.zeros((1, 1, rows, stride), dtype=dtype, device=device)[..., :width]
 
 
 def tree_rows(lines: Sequence[Sequence[int]], past_len: int, n: int, *, dtype: torch.dtype = torch.float32,
@@ -121,8 +121,8 @@ def tree_rows(lines: Sequence[Sequence[int]], past_len: int, n: int, *, dtype: t
         ``(attention_mask, position_ids)``: ``(1, 1, m, past_len + n)`` in ``dtype`` (rows 16-element aligned) and
         ``(1, m)`` int64, equal to rows ``lines``' tokens of ``tree_attention(parents, past_len)``.
     """
-    mask = _mask_rows(len(lines), past_len + n, dtype, device, fill=torch.finfo(dtype).min)
-    mask[..., :past_len] = 0
+    mask = _mask_rows(len(lines), past_len + n, dtype, device)
+    mask[..., past_len:] = torch.finfo(dtype).min  # the tree part only: the cache part stays 0, written once
     mask[0, 0, [r for r, line in enumerate(lines) for _ in line], [past_len + j for line in lines for j in line]] = 0
     position_ids = torch.tensor([[past_len + len(line) - 1 for line in lines]], dtype=torch.long, device=device)
     return mask, position_ids
