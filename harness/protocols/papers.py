@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from harness.report.tables import interval_cell
+from harness.report.tables import interval_cell, md_table
 
 #: The repository root: the page and the reports are named relative to it.
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,9 +91,7 @@ class Table:
     body: Callable[[], list[list[str]]]
 
     def markdown(self) -> str:
-        lines = ["| " + " | ".join(self.header) + " |",
-                 "|" + "|".join("---" if i < self.left else "---:" for i in range(len(self.header))) + "|"]
-        return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in self.body())])
+        return md_table(self.header, [i >= self.left for i in range(len(self.header))], self.body())
 
     @property
     def left(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -92,11 +92,7 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".3f", columns: Sequence[str] 
     numeric = [c != "label" and c != "group" and (pd.api.types.is_numeric_dtype(df[c])
                                                    or c in _md_interval_columns(df.attrs))
                and not pd.api.types.is_bool_dtype(df[c]) for c in columns]
-    lines = ["| " + " | ".join(map(str, columns)) + " |",
-             "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
-    for i in range(len(df)):
-        lines.append("| " + " | ".join(col[i] for col in cells) + " |")
-    text = "\n".join(lines)
+    text = md_table(columns, numeric, zip(*cells))
     if warnings:
         text = "Warnings:\n" + "\n".join(f"- {w}" for w in warnings) + "\n\n" + text
     return text
@@ -166,11 +162,11 @@ def _summary_md_frame(summary: pd.DataFrame, floatfmt: str = ".3f") -> tuple[pd.
 
 
 def _md_cell(v: Any, floatfmt: str) -> str:
-    """A markdown cell: :func:`harness.rows.columns.format_value` (blank when missing), lists joined, pipes
-    escaped."""
+    """A markdown cell: :func:`harness.rows.columns.format_value` (blank when missing), lists joined, one line
+    (:func:`md_table` escapes pipes)."""
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v))
-    return format_value(v, floatfmt, missing="").replace("|", "\\|").replace("\n", " ")
+    return format_value(v, floatfmt, missing="").replace("\n", " ")
 
 
 # ------------------------------------------------------------------------------------------------ report tables
@@ -225,13 +221,20 @@ def markdown(text: pd.DataFrame, index_name: str = "run") -> str:
     n_idx = idx.nlevels
     head = ([index_name, text.columns.name or ""] if n_idx == 2 else [text.columns.name or ""]) + list(
         map(str, text.columns))
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * n_idx + ["---:"] * len(text.columns)) + "|"]
-    previous = None
+    body, previous = [], None
     for key, row in zip(idx, text.itertuples(index=False)):
         keys = list(key) if n_idx > 1 else [key]
         if n_idx > 1:
             keys[0], previous = ("" if keys[0] == previous else keys[0]), keys[0]
-        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in [*keys, *row]) + " |")
+        body.append([*keys, *row])
+    return md_table(head, [False] * n_idx + [True] * len(text.columns), body)
+
+
+def md_table(header: Sequence[Any], right: Sequence[bool], rows: Iterable[Sequence[Any]]) -> str:
+    """A pipe table, every markdown table of the reports and docs: the header, the alignment rule (``right[i]``:
+    column ``i`` right-aligned, for numbers), then ``rows`` (cells as text, ``|`` escaped)."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
