@@ -62,9 +62,13 @@ class Headline:
 
 HEADLINES = (
     Headline("heldout_humaneval", "Held-out HumanEval race",
+             "results/reference/heldout_rerun_bf16_zen4/race_heldout_humaneval",
+             ("results/reference/heldout_rerun_bf16_zen4/tune_all",)),
+    Headline("heldout_humaneval_zen5", "Held-out HumanEval race, the same protocol on a Zen 5 CPU (an earlier run, "
+             "before the cost-aware hybrid tree)",
              "results/reference/heldout_protocol_bf16_zen5/race_heldout_humaneval",
-             ("results/reference/heldout_protocol_bf16_zen5/tune_all",)),
-    Headline("heldout_humaneval_zen4", "Held-out HumanEval race, the same protocol on a Zen 4 CPU (an earlier run)",
+             ("results/reference/heldout_protocol_bf16_zen5/tune_all",), in_readme=False),
+    Headline("heldout_humaneval_zen4", "Held-out HumanEval race, the same protocol on a Zen 4 CPU (the first run)",
              "results/reference/heldout_humaneval_protocol_bf16_zen4/race_heldout_humaneval",
              ("results/reference/heldout_humaneval_protocol_bf16_zen4/tune_all",), in_readme=False),
     Headline("heldout_humaneval_8", "Held-out HumanEval race without the trees (an earlier protocol run)",
@@ -72,6 +76,10 @@ HEADLINES = (
              ("results/reference/heldout_bf16_zen4/tune_all",),
              "results/reference/heldout_bf16_zen4/fp32_referee", in_readme=False),
     Headline("heldout_mbpp", "Held-out MBPP race",
+             "results/reference/heldout_rerun_bf16_zen4/race_heldout_mbpp",
+             ("results/reference/heldout_rerun_bf16_zen4/tune_all",), in_readme=False),
+    Headline("heldout_mbpp_zen5", "Held-out MBPP race on a Zen 5 CPU (an earlier run, before the cost-aware hybrid "
+             "tree)",
              "results/reference/heldout_protocol_bf16_zen5/race_heldout_mbpp",
              ("results/reference/heldout_protocol_bf16_zen5/tune_all",), in_readme=False),
     Headline("heldout_mbpp_zen4", "Held-out MBPP race on a Zen 4 CPU (settings of an earlier tuning run)",
