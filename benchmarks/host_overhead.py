@@ -138,16 +138,17 @@ def markdown(doc: dict) -> str:
     """A measurement as the Markdown table of docs/gpu.md (``--markdown``): one row per decoder, milliseconds per
     decode step, the budget met or **missed**."""
     from harness.job.overhead import PHASES
+    from harness.report.tables import md_table
 
-    lines = ["| decoder | tok/step | fwd ms | host ms | × vanilla | budget | " + " | ".join(PHASES) + " |",
-             "|---|---:|---:|---:|---:|---|" + "---:|" * len(PHASES)]
+    rows = []
     for name, d in doc["decoders"].items():
         budget = d["budget_ms"]
         verdict = "-" if budget is None else f"≤ {budget} " + ("met" if d["host_ms"] <= budget else "**missed**")
         ratio = "-" if d["ratio_to_vanilla"] is None else f"{d['ratio_to_vanilla']:.1f}"
-        lines.append(f"| {name} | {d['tokens_per_step']:.2f} | {d['forward_ms']:.2f} | {d['host_ms']:.3f} | {ratio} | "
-                     f"{verdict} | " + " | ".join(f"{d['phases_ms'].get(p, 0.0):.3f}" for p in PHASES) + " |")
-    return "\n".join(lines)
+        rows.append([name, f"{d['tokens_per_step']:.2f}", f"{d['forward_ms']:.2f}", f"{d['host_ms']:.3f}", ratio,
+                     verdict, *(f"{d['phases_ms'].get(p, 0.0):.3f}" for p in PHASES)])
+    header = ["decoder", "tok/step", "fwd ms", "host ms", "× vanilla", "budget", *PHASES]
+    return md_table(header, [False] + [True] * 4 + [False] + [True] * len(PHASES), rows)
 
 
 def check(baseline: dict, current: dict, margin: float, abs_margin: float = 0.5) -> tuple[int, list[str]]:

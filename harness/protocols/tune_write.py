@@ -18,6 +18,7 @@ import yaml
 from harness.config.compose import TUNED_GROUP, TUNED_ON_PREFIX
 from harness.protocols.tune_select import (COMBINABLE, COMBINE_CHECKS, Choice, combined_values, compact_ids,
                                            schema_name)
+from harness.report.tables import md_table
 from harness.rows import columns
 
 
@@ -28,25 +29,24 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 
 def table(choices: Sequence[Choice], metric: str) -> str:
     """Every point of every family: per-task metric [interval], the score, accept length, equality with vanilla."""
-    lines = [f"| family | point | {metric} per task [95% CI] | score | CI width | accept length | equal to vanilla | |",
-             "|---|---|---|---:|---:|---:|---|---|"]
+    rows: list[list[str]] = []
     for c in choices:
         if not c.points:
-            lines.append(f"| {c.family} | – | – | | | | | REFUSED: {c.refused} |")
+            rows.append([c.family, "–", "–", "", "", "", "", f"REFUSED: {c.refused}"])
             continue
         for p in sorted(c.points, key=lambda p: (-p.score if math.isfinite(p.score) else math.inf, p.name)):
             per = "; ".join(f"{t} {_fmt(r.get(metric))} [{_fmt(r.get(metric + '_low'))}, {_fmt(r.get(metric + '_high'))}]"
                             for t, r in p.per_task.items())
             tau = "; ".join(_fmt(r.get("accept_length")) for r in p.per_task.values())
             eq = "; ".join(f"{_fmt(r.get('equal_to_vanilla'), '.0%')} ({r.get('dtype')})" for r in p.per_task.values())
-            mark = "**chosen**" if p is c.chosen else ""
-            lines.append(f"| {c.family} | {p.name} | {per} | {_fmt(p.score, '.3f')} | {_fmt(p.width, '.3f')} | {tau} | "
-                         f"{eq} | {mark} |")
+            rows.append([c.family, p.name, per, _fmt(p.score, ".3f"), _fmt(p.width, ".3f"), tau, eq,
+                         "**chosen**" if p is c.chosen else ""])
         if c.refused:
-            lines.append(f"| {c.family} | | | | | | | REFUSED: {c.refused} |")
-        for e in c.excluded:
-            lines.append(f"| {c.family} | | | | | | | excluded: {e} |")
-    return "\n".join(lines)
+            rows.append([c.family, "", "", "", "", "", "", f"REFUSED: {c.refused}"])
+        rows += [[c.family, "", "", "", "", "", "", f"excluded: {e}"] for e in c.excluded]
+    header = ["family", "point", f"{metric} per task [95% CI]", "score", "CI width", "accept length",
+              "equal to vanilla", ""]
+    return md_table(header, [False] * 3 + [True] * 3 + [False] * 2, rows)
 
 
 def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.DataFrame, any_split: bool,
