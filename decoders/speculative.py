@@ -93,6 +93,7 @@ class _DraftChain:
         self.draft_model, self.vocab, self.gamma = draft_model, vocab, gamma
         self.eos_token_ids, self.sampling = eos_token_ids, sampling
         self.cache = new_cache(draft_model)
+        self.device = draft_model.get_input_embeddings().weight.device
         self.feed: list[int] = []
 
     def start(self, prompt: list[int]) -> None:
@@ -105,18 +106,21 @@ class _DraftChain:
         forwards = fed = 0
         feed = self.feed + [context[-1]]
         if gamma > 0 and self.vocab.can_embed(feed):  # an id the draft cannot embed: draft nothing
-            device = self.draft_model.get_input_embeddings().weight.device
+            ids = torch.tensor([feed], device=self.device)
             while len(tokens) < gamma:
-                logits = forward(self.draft_model, torch.tensor([feed], device=device), self.cache, logits_to_keep=1)
+                logits = forward(self.draft_model, ids, self.cache, logits_to_keep=1)
                 forwards += 1
-                fed += len(feed)
-                token, q = draft_next(logits[0, -1], self.vocab, self.sampling, generator)
-                if q is not None:
-                    probs[len(tokens)] = q
+                fed += ids.shape[1]
+                if self.sampling.greedy:  # the argmax, already shaped (1, 1) as the next forward's input
+                    width = self.vocab.draft
+                    ids = argmax_ids(logits if logits.shape[-1] == width else logits[..., :width])
+                    token = int(ids)
+                else:
+                    token, probs[len(tokens)] = draft_next(logits[0, -1], self.vocab, self.sampling, generator)
+                    ids = torch.tensor([[token]], device=self.device)
                 tokens.append(token)
                 if token in self.eos_token_ids:
                     break
-                feed = [token]
         return DraftTree.chain(tokens, draft_probs=probs or None,
                                counts=DraftCounts(labels=("draft",), draft_forwards=forwards, draft_tokens_fed=fed))
 

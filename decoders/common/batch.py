@@ -77,6 +77,7 @@ class BatchCache:
         self.slots: list[list[int]] = [[] for _ in range(rows)]
         self.width = 0
         self.device = model.get_input_embeddings().weight.device
+        self.dtype = model.dtype  # once: transformers' ``dtype`` walks the parameters on every read
 
     @property
     def rows(self) -> int:
@@ -135,7 +136,7 @@ class BatchCache:
                 positions[i, pad:] = base + depth
             positions[i, :pad] = base
             placed.append(list(range(width + pad, width + n)))
-        dtype = self.model.dtype
+        dtype = self.dtype
         mask = torch.zeros((rows, 1, n, -(-(width + n) // _MASK_ALIGN) * _MASK_ALIGN), dtype=dtype,
                            device=self.device)[..., : width + n]
         mask.masked_fill_(~allowed.to(self.device).unsqueeze(1), torch.finfo(dtype).min)

@@ -260,7 +260,7 @@ def decode(
     check_max_new_tokens(max_new_tokens)
     check_generator(sampling, generator)
     watch = stopwatch or NULL_STOPWATCH
-    device = input_ids.device
+    device, dtype = input_ids.device, target_model.dtype  # dtype read once: transformers walks the parameters
     prompt = input_ids[0].tolist()
     prompt_len = len(prompt)
     proposer.start(prompt)
@@ -284,7 +284,7 @@ def decode(
             mask = position_ids = None  # a plain causal continuation
         else:
             mask, position_ids = tree_attention([-1, *(p + 1 for p in tree.parents)], past_len,
-                                                dtype=target_model.dtype, device=device)
+                                                dtype=dtype, device=device)
         rows = tree.logit_rows()
         watch.mark("inputs")
         if rows is None:

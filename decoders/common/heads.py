@@ -19,7 +19,7 @@ from typing import Iterable
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from decoders.common.forward import forward
+from decoders.common.forward import forward, positions
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,7 @@ class ReducedVocabHead:
     ) -> torch.Tensor:
         """Same contract as :meth:`FullHead.logits`; columns follow the sorted ``ids``."""
         if position_ids is None:
-            past = cache.get_seq_length()
-            position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+            position_ids = positions(cache.get_seq_length(), input_ids.shape[1], input_ids.device)
         hidden = self.base(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                            cache=cache, use_cache=True).last_hidden_state[0]
         hidden = hidden[-keep:] if isinstance(keep, int) else hidden.index_select(0, keep.to(hidden.device))

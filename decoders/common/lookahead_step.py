@@ -242,6 +242,7 @@ class LookaheadStepper:
         self.confidence = confidence
         self.sampling = sampling
         self.device = model.get_input_embeddings().weight.device
+        self.dtype = model.dtype  # once: transformers' ``dtype`` walks the parameters on every read
         self._embed = model.get_input_embeddings().num_embeddings
         self._columns: torch.Tensor | None = None  # token id of each head column (sampling; set lazily)
         self._width = 0
@@ -337,7 +338,7 @@ class LookaheadStepper:
         layout, guesses, guess_len = plan.layout, plan.guesses, plan.guess_len
         ids = chunk + plan.tokens
         needed = [off] + [off + i for i in plan.last_row] + [off + i for i in range(layout.guess_start, layout.size)]
-        mask, position_ids = tree_attention(prepend_chain(layout.parents, off), past, dtype=model.dtype, device=device)
+        mask, position_ids = tree_attention(prepend_chain(layout.parents, off), past, dtype=self.dtype, device=device)
         logits = self.head.logits(torch.tensor([ids], device=device), self.cache, position_ids=position_ids,
                                   attention_mask=mask, keep=torch.tensor(needed, device=device))
         preds = self.head.token_ids(argmax_ids(logits)).tolist()  # aligned with `needed`; one device sync

@@ -45,6 +45,14 @@ def ancestors(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     return anc, torch.tensor(depth, dtype=torch.long)
 
 
+@lru_cache(maxsize=64)
+def _layout(parents: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(blocked (n, n) bool, depth (1, n) int64)`` on the CPU: the complement of :func:`ancestors`' matrix and its
+    depths as a row, what :func:`tree_attention` writes (cached like it: a lookahead layout repeats every step)."""
+    anc, depth = ancestors(parents)
+    return ~anc, depth.unsqueeze(0)
+
+
 #: Row stride of a tree mask, in elements (see :func:`tree_attention`).
 _MASK_ALIGN = 16
 
@@ -85,17 +93,15 @@ def tree_attention(
     """
     if past_len < 0:
         raise ValueError(f"past_len must be >= 0, got {past_len}")
-    anc, depth = ancestors(tuple(int(p) for p in parents))
-    n = anc.shape[0]
-    anc = anc.to(device)
+    blocked, depth = _layout(parents if type(parents) is tuple else tuple(int(p) for p in parents))
+    n = blocked.shape[0]
     # Rows start on a 16-element boundary (a view of a wider buffer), so a view from a later row (the tree
     # drafter feeds mask[:, :, start:]) starts on an aligned address too: CUDA attention kernels read the mask in
     # aligned vectors. With row stride past_len + n, bfloat16 tree decoding on an H200 stopped with "CUDA error:
     # misaligned address" (results/reference/gpu_h200)
     mask = _mask_rows(n, past_len + n, dtype, device)
-    mask[0, 0, :, past_len:].masked_fill_(~anc, torch.finfo(dtype).min)
-    position_ids = (depth.to(device) + past_len).unsqueeze(0)
-    return mask, position_ids
+    mask[0, 0, :, past_len:].masked_fill_(blocked.to(device), torch.finfo(dtype).min)
+    return mask, depth.to(device) + past_len
 
 
 def _mask_rows(rows: int, width: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

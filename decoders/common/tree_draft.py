@@ -47,6 +47,7 @@ class TreeDrafter:
         self.cache = new_cache(decoder.draft_model)
         self.cached = 0
         self.device = decoder.draft_model.get_input_embeddings().weight.device
+        self.dtype = decoder.draft_model.dtype  # once: transformers' ``dtype`` walks the parameters on every read
         self.draftable = True
         self.ctx_len = 0
         self.fed: dict[int, int] = {}
@@ -101,7 +102,7 @@ class TreeDrafter:
             self.fed[key] = position
         # Only the new nodes' rows: the earlier ones' never change (masks built incrementally).
         mask, pos = tree_rows(self._lines[start:], self.ctx_len, len(self._lines),
-                              dtype=self.decoder.draft_model.dtype, device=self.device)
+                              dtype=self.dtype, device=self.device)
         logits = self.head.logits(torch.tensor([list(tokens)], device=self.device), self.cache,
                                   position_ids=pos, attention_mask=mask, keep=len(tokens))
         return self.probs(logits)
