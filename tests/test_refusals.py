@@ -6,6 +6,7 @@ traceback (exit 1) instead. ``benchmarks/refusal_times.py`` prints how long each
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,8 @@ MISTAKES = [
      "task.data_path=/no/such/gsm8k.jsonl: no such file"),
     ("a data folder that is not there", ["model=tiny-random", "data_dir=/no/such/dir"],
      "data_dir=/no/such/dir: no such folder"),
+    ("a task's own data folder that is not there", ["model=tiny-random", "task=mbpp", "task.data_dir=/no/such/dir"],
+     "task.data_dir=/no/such/dir: no such folder"),
     ("CUDA on a machine without it", ["model=tiny-random", "device=cuda"], "device=cuda: "),
     ("SLURM launcher without sbatch", ["-m", "hydra/launcher=slurm_gpu", "model=tiny-random"], "sbatch"),
     ("two tasks without -m", ["model=tiny-random", "task=humaneval,gsm8k"], "add -m"),
@@ -81,3 +84,44 @@ def test_the_stand_in_torch_would_be_noticed(tmp_path):
     proc = run_without_torch(tmp_path, ["model=tiny-random", "task.limit=1", "runner.max_new_tokens=2",
                                         "hydra.run.dir=" + str(tmp_path / "run")])
     assert proc.returncode == 1 and "torch imported before the refusal" in proc.stderr
+
+
+def _resumable_folder(folder: Path, args: list[str]) -> None:
+    """A run folder as a finished run of ``args`` leaves it, as far as the precheck reads it: a row, and a meta.json
+    whose identity is that command's config part plus keys only a job adds."""
+    from omegaconf import OmegaConf
+
+    from harness.config.compose import compose, validate
+    from harness.config.identity import config_identity
+
+    base = compose(args, return_hydra_config=True, check=False)
+    job = validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
+                   choices=dict(base.hydra.runtime.choices))
+    identity = {**config_identity(OmegaConf.to_container(job, resolve=True)), "code.git_commit": "abc",
+                "machine.device": "cpu", "data.fingerprint": "f00"}
+    folder.mkdir(parents=True)
+    (folder / "results.jsonl").write_text('{"status": "ok"}\n')
+    (folder / "meta.json").write_text(json.dumps({"identity": identity}))
+
+
+def test_resuming_a_folder_of_other_settings_is_one_line_before_torch(tmp_path):
+    # Before: refused only by the job, after both models had loaded (25 s on the real pair), in four lines.
+    args = ["model=tiny-random", "task.limit=1", "decoder=[vanilla,speculative]"]
+    folder = tmp_path / "run"
+    _resumable_folder(folder, args)
+    before = {p: p.read_bytes() for p in folder.iterdir()}
+    proc = run_without_torch(tmp_path, [*args, "decoder.speculative.gamma=6", f"hydra.run.dir={folder}"])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, lines)
+    assert "holds rows measured with other settings (decoder.speculative.gamma: 4 -> 6;" in lines[0]
+    assert "runner.resume=false" in lines[0] and "hydra.run.dir=<new folder>" in lines[0]
+    assert {p: p.read_bytes() for p in folder.iterdir()} == before  # nothing written or moved
+
+
+def test_the_same_command_resumes_past_the_precheck(tmp_path):
+    from harness.config.precheck import precheck
+
+    args = ["model=tiny-random", "task.limit=1", "decoder=[vanilla,speculative]"]
+    _resumable_folder(tmp_path / "run", args)
+    assert precheck([*args, f"hydra.run.dir={tmp_path / 'run'}"]).path == tmp_path / "run"  # not refused
+    assert precheck([*args, "decoder.speculative.gamma=6", "runner.resume=false", f"hydra.run.dir={tmp_path / 'run'}"])

@@ -162,6 +162,9 @@ def validate(cfg: DictConfig | Mapping[str, Any], choices: Mapping[str, Any] | N
     if "device" in plain:
         problems += check_device(plain["device"])
     problems += check_path("data_dir", plain.get("data_dir"))
+    task_dir = plain["task"].get("data_dir") if isinstance(plain.get("task"), Mapping) else None
+    if task_dir != plain.get("data_dir"):  # a task's own folder (it defaults to data_dir, checked above)
+        problems += check_path("task.data_dir", task_dir)
     for group, check in (("model", _model), ("task", _task), ("runner", _runner)):
         if group in overridden:  # its one line says it all
             continue

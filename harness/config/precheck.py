@@ -256,13 +256,14 @@ def precheck(argv: Sequence[str]) -> Folder | None:
         problems = override_problems(plain, base)
         if problems:
             raise ConfigError("\n".join(problems))
-        validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
-                 choices=dict(base.hydra.runtime.choices))
+        job = validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
+                       choices=dict(base.hydra.runtime.choices))
         try:  # the folder the single run will use (harness.job.rundir snapshots it before Hydra writes into it)
             run_dir = Path(str(base.hydra.run.dir))
         except Exception:  # an interpolation only Hydra's runtime resolves
             return None
         check_run_dir(run_dir)
+        check_resume(run_dir, job)
         return Folder(run_dir, configs=(base,))
     params = base.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
@@ -285,6 +286,41 @@ def check_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"hydra.run.dir={run_dir}: {probe} is a symlink to nothing; point hydra.run.dir at a folder")
     if not probe.is_dir():
         raise ConfigError(f"hydra.run.dir={run_dir}: {probe} is a file, not a folder; point hydra.run.dir at a folder")
+
+
+def check_resume(run_dir: Path, job: Any) -> None:
+    """Refuse, in one line, to resume a folder whose rows were measured under other settings (its ``meta.json``
+    names them): the job would refuse it too (:func:`harness.job.resume.prepare_folder`), but only after loading
+    the models. Differences only the job can see (code version, packages, machine, data) are left to it.
+
+    Args:
+        run_dir: the single run's folder.
+        job: the command's validated config (:func:`harness.config.compose.validate`).
+
+    Raises:
+        ConfigError: naming the first differing setting and the two ways on.
+    """
+    import json
+
+    from harness.config.identity import config_differences
+
+    if not job.runner.get("resume", True):
+        return
+    rows, meta = run_dir / "results.jsonl", run_dir / "meta.json"
+    try:
+        if rows.stat().st_size == 0:
+            return
+        identity = json.loads(meta.read_text()).get("identity")
+    except (OSError, ValueError, AttributeError):
+        return  # no rows, or no readable meta.json: the job's own check decides
+    if not isinstance(identity, dict):
+        return
+    diff = config_differences(identity, OmegaConf.to_container(job, resolve=True))
+    if diff:
+        more = f" and {len(diff) - 1} more" if len(diff) > 1 else ""
+        raise ConfigError(f"{run_dir} holds rows measured with other settings ({diff[0]}{more}; folder -> this "
+                          "command), so nothing was run: write to a new folder (hydra.run.dir=<new folder>) or pass "
+                          f"runner.resume=false to start it over (its files move to {run_dir / 'superseded'}/<time>/)")
 
 
 def check_launcher(launcher: Any, choice: str | None) -> None:

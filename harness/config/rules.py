@@ -116,8 +116,8 @@ def check_path(key: str, value: Any) -> list[str]:
     p = Path(os.path.expanduser(os.path.expandvars(value))).resolve()
     if p.exists():
         return []
-    if key == "data_dir":
-        return [f"data_dir={value}: no such folder ({p}); point data_dir (or SPECDEC_DATA_DIR) at the folder that "
+    if key in ("data_dir", "task.data_dir"):
+        return [f"{key}={value}: no such folder ({p}); point {key} (or SPECDEC_DATA_DIR) at the folder that "
                 "holds <task>/<file>, e.g. ../shared/data, or set task.data_path to the task's file"]
     return [f"{key}={value}: no such file or folder ({p}); point it at the task's data file or its folder (e.g. "
             f"../shared/data/<task>), or leave it unset to use data_dir / SPECDEC_DATA_DIR"]

@@ -45,6 +45,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from harness.config.identity import config_identity, differences
 from harness.job import rundir
 from harness.rows.columns import norm
 from harness.rows.identity import DONE_STATUSES, cell_key, latest_rows  # noqa: F401 (latest_rows: for the runner)
@@ -52,8 +53,6 @@ from harness.rows.results import read_results
 
 log = logging.getLogger(__name__)
 
-#: Config keys (dotted) left out of the run identity: they change neither outputs nor timing.
-IGNORED_CONFIG_KEYS = ("runner.resume", "runner.shard", "output_dir")
 #: Where ``runner.resume=false`` moves a folder's earlier files.
 SUPERSEDED_DIR = "superseded"
 SUPERSEDED_FILES = {"results.jsonl": "results.superseded.jsonl", "meta.json": "meta.json",
@@ -66,22 +65,6 @@ class ResumeMismatchError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------ identity
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings -> ``{"a.b.c": value}``; lists stay values.
-
-    Example: ``flatten({"model": {"target": {"seed": 0}}, "device": "auto"})`` is
-    ``{"model.target.seed": 0, "device": "auto"}``.
-    """
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
 def build_identity(config: Mapping[str, Any], environment: Mapping[str, Any],
                    data: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run identity as a flat dict (see the module docstring).
@@ -91,8 +74,7 @@ def build_identity(config: Mapping[str, Any], environment: Mapping[str, Any],
         environment: :func:`harness.rows.machine.environment` (packages, git, device, threads).
         data: ``{"fingerprint": ..., "origin": ..., "samples": ...}`` of the selected samples.
     """
-    flat = {k: v for k, v in flatten(config).items()
-            if k not in IGNORED_CONFIG_KEYS and not k.startswith("hydra.")}
+    flat = config_identity(config)
     for k in ("git_commit", "git_dirty", "git_diff_sha256"):
         flat[f"code.{k}"] = environment.get(k)
     flat["packages.python"] = environment.get("python")
@@ -131,20 +113,6 @@ def group_identity(identity: Mapping[str, Any]) -> str:
     """
     return identity_hash({k: v for k, v in identity.items()
                           if not k.startswith(GROUP_IGNORED_PREFIXES) and k not in GROUP_IGNORED_KEYS})
-
-
-def _fmt(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-
-
-def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``"key: old -> new"`` for every key whose value differs (a missing key shows as ``<absent>``)."""
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k, "<absent>"), new.get(k, "<absent>")
-        if a != b:
-            out.append(f"{k}: {_fmt(a)} -> {_fmt(b)}")
-    return out
 
 
 # ------------------------------------------------------------------------------------------- folder

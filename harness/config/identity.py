@@ -1,0 +1,61 @@
+"""The config part of a run's identity, in plain Python (no torch, no pandas), so ``run.py``'s precheck can hold a
+command against the run folder it would resume before any model loads.
+
+A run identity (:func:`harness.job.resume.build_identity`) is the job's resolved config flattened to dotted keys
+(:func:`config_identity`) plus keys under :data:`ENVIRONMENT_PREFIXES` that only the job knows (code version,
+packages, machine, data fingerprint). :func:`config_differences` compares the config part of a stored identity
+(a run folder's ``meta.json``) with a command's config.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+#: Config keys (dotted) left out of the run identity: they change neither outputs nor timing.
+IGNORED_CONFIG_KEYS = ("runner.resume", "runner.shard", "output_dir")
+#: Identity keys that are not config settings: the job adds them (code version, packages, machine, data).
+ENVIRONMENT_PREFIXES = ("code.", "packages.", "machine.", "data.")
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> ``{"a.b.c": value}``; lists stay values.
+
+    Example: ``flatten({"model": {"target": {"seed": 0}}, "device": "auto"})`` is
+    ``{"model.target.seed": 0, "device": "auto"}``.
+    """
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def config_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config part of a run identity: ``config`` (resolved, plain containers) flattened, without
+    :data:`IGNORED_CONFIG_KEYS` and Hydra's own ``hydra.*`` settings."""
+    return {k: v for k, v in flatten(config).items() if k not in IGNORED_CONFIG_KEYS and not k.startswith("hydra.")}
+
+
+def _fmt(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``"key: old -> new"`` for every key whose value differs (a missing key shows as ``<absent>``)."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k, "<absent>"), new.get(k, "<absent>")
+        if a != b:
+            out.append(f"{k}: {_fmt(a)} -> {_fmt(b)}")
+    return out
+
+
+def config_differences(identity: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """:func:`differences` between the config part of a stored run ``identity`` and a command's resolved
+    ``config`` (what :func:`config_identity` makes of it)."""
+    stored = {k: v for k, v in identity.items() if not k.startswith(ENVIRONMENT_PREFIXES)}
+    return differences(stored, config_identity(config))
