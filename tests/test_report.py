@@ -374,6 +374,10 @@ def test_compare_names_every_difference_first(tmp_path):
     assert "- settings of speculative: A gamma=4, B gamma=6" in head        # a re-tuned setting, not a regression
     look = cmp.set_index("label").loc["lookahead"]
     assert pd.isna(look.get("speedup_a")) and look["speedup_b"] > 1   # its own run's figure, not "-"
+    # Before: its equality with vanilla was "-" (taken over the samples both runs cover: none), its speedup shown
+    own = pd.DataFrame(rows_b)
+    own = own[(own["decoder"] == "lookahead") & (own["status"] == "ok")]["matches_vanilla"].astype(bool).mean()
+    assert look["equal_to_vanilla_b"] == pytest.approx(own) and pd.isna(look["equal_to_vanilla_a"])
     assert (tmp_path / "cmp" / "figures" / "compare.png").is_file()
     same, md_same = compare.write_compare(a, a)
     assert md_same.startswith("The runs do not differ in any recorded setting.")

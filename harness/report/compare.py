@@ -78,10 +78,11 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame, n_boot: int = 2000,
         if rec["paired"]:
             rec.update(_compare_cell(ga, gb, n_boot, level, seed))
         else:  # each side's own figures, on its own samples: a configuration of one run only still shows them
-            for side, g in (("a", sides["A"].get(cell, empty)), ("b", sides["B"].get(cell, empty))):
+            ga, gb = sides["A"].get(cell, empty), sides["B"].get(cell, empty)
+            for side, g in (("a", ga), ("b", gb)):
                 if len(g):
                     rec.update({f"{k}_{side}": float(v[0]) for k, v in _side_draws(g, np.ones((1, len(g)))).items()})
-        for side, g in (("a", ga), ("b", gb)):
+        for side, g in (("a", ga), ("b", gb)):  # equality and quality over the same rows as the figures
             rec.update({f"{k}_{side}": v for k, v in _side_extras(g).items()})
         out.append(rec)
     cmp = pd.DataFrame(out)
