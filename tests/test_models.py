@@ -49,6 +49,17 @@ def test_load_pair_refuses_mismatched_pair_before_loading_weights(monkeypatch):
         load_pair(cfg, device="cpu")
 
 
+def test_an_unused_draft_is_not_prepared_even_for_its_tokenizer(monkeypatch):
+    # Before: decoder=[vanilla] fetched and converted the draft (on an empty cache) to compare its tokenizer.
+    asked = []
+    monkeypatch.setattr(models, "load_tokenizer", lambda spec: asked.append(spec["name"]) or build_byte_tokenizer())
+    monkeypatch.setattr(models, "load_model", lambda spec, *a, **k: asked.append(spec["name"] + " weights"))
+    cfg = {"dtype": "float32", "target": {"name": "T", "source": "tiny_random"},
+           "draft": {"name": "D", "source": "tiny_random"}}
+    pair = load_pair(cfg, device="cpu", need_draft=False)
+    assert asked == ["T", "T weights"] and pair.draft is None and pair.draft_name == "D"
+
+
 def test_padded_vocab_sizes_are_fine():
     """Embedding sizes differ (like 151936 vs 152064) but the tokenizer is shared: accepted."""
     cfg = {"dtype": "float32", "target": {"name": "T", "source": "tiny_random", "seed": 0,
@@ -352,6 +363,10 @@ def test_complete_cache_is_reused_without_fetch_or_conversion(tiny_gguf, tmp_pat
     first = model_cache.materialize(spec)
     assert counted == {"fetch": 1, "convert": 1} and "converting tiny.gguf" in caplog.text
     caplog.clear()
+    # Before: the same process's second ask (the weights after the tokenizer) logged "no fetch, no conversion"
+    # right after it had fetched and converted
+    assert model_cache.materialize(spec) == first and "using cached" not in caplog.text
+    model_cache._PREPARED.clear()  # a later process (CI's second run)
     assert model_cache.materialize(spec) == first
     assert counted == {"fetch": 1, "convert": 1}
     assert f"using cached converted model {first} (no fetch, no conversion)" in caplog.text
@@ -390,6 +405,7 @@ def test_legacy_folder_without_manifest_is_checked_not_rebuilt(tiny_gguf, tmp_pa
     (folder / "SOURCE.json").write_text(json.dumps({"gguf": "tiny.gguf", "sha256": tiny_gguf[1]}))
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     caplog.set_level(logging.INFO, logger="harness.job.model_cache")
+    model_cache._PREPARED.clear()  # a later process
     model_cache.materialize(spec)
     assert counted["convert"] == 1 and "using cached converted model" in caplog.text
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before

@@ -367,6 +367,11 @@ def _cache_lock(name: str):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: Converted folders this process has already prepared or found (the tokenizer and the weights each ask): a second
+#: ask is checked again but not logged as a cache hit, which after a conversion would read as "no conversion".
+_PREPARED: set[Path] = set()
+
+
 def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
     out_dir = cache_dir() / "models" / name
     expected = _source_identity(spec)
@@ -374,7 +379,9 @@ def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
         if out_dir.exists():
             problem = verify_converted(out_dir, expected)
             if problem is None:
-                log.info("using cached converted model %s (no fetch, no conversion)", out_dir)
+                if out_dir not in _PREPARED:
+                    log.info("using cached converted model %s (no fetch, no conversion)", out_dir)
+                _PREPARED.add(out_dir)
                 return str(out_dir)
             log.warning("discarding cached model %s: %s; rebuilding it", out_dir, problem)
         _remove_leftovers(name)
@@ -382,6 +389,7 @@ def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
             gguf = Path(os.path.expanduser(str(spec["path"])))
             check_gguf(gguf, spec.get("sha256"))
             convert_gguf(gguf, out_dir, expected)
+            _PREPARED.add(out_dir)
             return str(out_dir)
         gguf = cache_dir() / "gguf" / f"{name}.gguf"
         if gguf.exists():
@@ -399,6 +407,7 @@ def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
         convert_gguf(gguf, out_dir, expected)
         if not spec.get("keep_gguf"):
             gguf.unlink()  # the safetensors folder is what later runs load
+        _PREPARED.add(out_dir)
         return str(out_dir)
 
 

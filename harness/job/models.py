@@ -271,10 +271,11 @@ def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto",
             ``target``, ``draft`` (or null),
             optional ``attn_implementation``.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
-        need_draft: load the draft only when a selected decoder uses one.
+        need_draft: load the draft (and check its tokenizer) only when a selected decoder uses one; its name is
+            recorded either way.
 
     Raises:
-        TokenizerMismatchError: before any weights are loaded, if the tokenizers disagree.
+        TokenizerMismatchError: before any weights are loaded, if the tokenizers of a needed draft disagree.
         ModelLoadError: if a source cannot be fetched or read.
     """
     dev = resolve_device(str(device)) if not isinstance(device, torch.device) else device
@@ -287,7 +288,8 @@ def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto",
     draft_name = None
     if draft_spec is not None:
         draft_name = draft_spec.get("name")
-        check_tokenizers_match(target_tok, load_tokenizer(draft_spec), target_spec.get("name"), draft_name)
+        if need_draft:  # a draft no decoder uses is neither fetched nor converted, not even for its tokenizer
+            check_tokenizers_match(target_tok, load_tokenizer(draft_spec), target_spec.get("name"), draft_name)
     attn = model_cfg.get("attn_implementation")
     target = load_model(target_spec, dtype, dev, attn)
     draft = load_model(draft_spec, dtype, dev, attn) if (draft_spec is not None and need_draft) else None
