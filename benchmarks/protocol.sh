@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The tuning protocol in one sitting (docs/experiments.md, "Tuning protocol and the held-out race"), logged: tune_all
+# on the HumanEval dev split, tune.py, a commit of the tuned configs (the races record it), the held-out HumanEval
+# race, then each further race only if it can start before the cut-off, a rule fixed before the start (a protocol
+# sized to fit the session, never trimmed after the fact).
+#
+#   bash benchmarks/protocol.sh OUT CUTOFF [RACES] [-- OVERRIDES...]
+#     OUT      a new folder, e.g. results/reference/heldout_<what>_<dtype>_<cpu>
+#     CUTOFF   HH:MM (UTC): a race after the HumanEval one starts only before it (after midnight if already past)
+#     RACES    further races, in order, from: mbpp gsm8k (default "mbpp")
+#     OVERRIDES  passed to every run.py call (an untimed smoke run: -- model=tiny-random task.limit=1
+#                runner.max_new_tokens=4)
+#
+# Run it from a clean checkout (a worktree: git worktree add --detach /work/wt HEAD), with nothing else running on
+# the machine: the rows record the commit, and tune.py's configs are committed there (merge that commit where the
+# results land). Every Python call runs this checkout's code (PYTHONPATH), not the checkout the venv's editable
+# install points at (from a worktree, tune.py would otherwise write the tuned configs into that other checkout).
+# Writes OUT/protocol.log (UTC time, load average, each step's exit status), OUT/tune_all/,
+# OUT/tune.txt (tune.py's selection), a log per step and OUT/race_heldout_<task>/. Exit 2: bad arguments, a dirty checkout or an existing OUT (nothing run).
+# PYTHON: the interpreter (default .venv/bin/python); SPECDEC_DATA_DIR as for any run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+usage="usage: bash benchmarks/protocol.sh OUT CUTOFF(HH:MM UTC) [RACES] [-- OVERRIDES...]"
+[ $# -ge 2 ] || { echo "error: $usage" >&2; exit 2; }
+OUT=$1 CUTOFF=$2
+shift 2
+RACES="mbpp"
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then RACES=$1; shift; fi
+[ $# -gt 0 ] && [ "$1" = "--" ] && shift
+for race in $RACES; do
+  case "$race" in mbpp|gsm8k) ;; *) echo "error: unknown race '$race' (mbpp, gsm8k; HumanEval always runs)" >&2; exit 2 ;; esac
+done
+cut=$(date -u -d "today $CUTOFF" +%s 2>/dev/null) || { echo "error: CUTOFF '$CUTOFF' is not HH:MM; $usage" >&2; exit 2; }
+[ "$cut" -gt "$(date -u +%s)" ] || cut=$((cut + 86400))
+if [ -n "$(git status --porcelain)" ]; then
+  echo "error: the checkout has uncommitted changes (git status): run the protocol from a clean checkout, e.g." \
+       "git worktree add --detach /work/wt HEAD" >&2
+  exit 2
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's code, not the one the venv installed
+root=$("$PYTHON" -c 'import harness, os; print(os.path.dirname(os.path.dirname(os.path.abspath(harness.__file__))))')
+if [ "$root" != "$PWD" ]; then
+  echo "error: $PYTHON imports the harness from $root, not from this checkout ($PWD)" >&2
+  exit 2
+fi
+if [ -e "$OUT" ]; then
+  echo "error: $OUT exists: a protocol writes a new folder (rerun a step by hand to resume it)" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+LOG=$OUT/protocol.log
+log() { echo "$(date -u +%FT%TZ) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a "$LOG"; }
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) [$(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)/$(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | xargs)]"
+flags=$(grep -o -m1 -w -e avx512_bf16 -e amx_bf16 /proc/cpuinfo | sort -u | xargs)
+log "start commit=$(git rev-parse --short HEAD) cpu=$cpu bf16=${flags:-none} cutoff=$(date -u -d "@$cut" +%FT%TZ)" \
+    "races=humaneval $RACES overrides=$*"
+worst=0
+step() {  # step NAME COMMAND...: run it, log its exit status
+  local name=$1; shift
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  log "$name rc=$rc"
+  [ "$rc" -gt "$worst" ] && worst=$rc
+  return "$rc"
+}
+step tune_all "$PYTHON" run.py experiment=tune_all "hydra.sweep.dir=$OUT/tune_all" "$@" || { log end; exit "$worst"; }
+step tune "$PYTHON" benchmarks/tune.py "$OUT/tune_all" --force || { log end; exit "$worst"; }
+mv "$OUT/tune.log" "$OUT/tune.txt"
+git add conf/decoder/tuned/*_tuned.yaml
+git diff --cached --quiet || git -c user.name="${GIT_AUTHOR_NAME:-protocol}" \
+    -c user.email="${GIT_AUTHOR_EMAIL:-protocol@localhost}" commit -q \
+    -m "Tuned settings from the HumanEval dev split ($cpu): benchmarks/tune.py $OUT/tune_all"
+log "tuned commit=$(git rev-parse --short HEAD)"
+step race_heldout_humaneval "$PYTHON" run.py experiment=race_heldout_humaneval \
+    "hydra.sweep.dir=$OUT/race_heldout_humaneval" "$@"
+for race in $RACES; do
+  if [ "$(date -u +%s)" -lt "$cut" ]; then
+    step "race_heldout_$race" "$PYTHON" run.py "experiment=race_heldout_$race" "hydra.sweep.dir=$OUT/race_heldout_$race" "$@"
+  else
+    log "race_heldout_$race not started (after the cut-off fixed before the start)"
+  fi
+done
+log end
+exit "$worst"
