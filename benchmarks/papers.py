@@ -4,10 +4,14 @@
     python benchmarks/papers.py --check    # exit 1 when a table differs from what the reports give now (CI)
 
 The tables, their sources and the exit status are :mod:`harness.protocols.papers`'s (``--help``); this script runs
-it. The harness is imported as installed by ``setup.sh`` (``pip install -e .``).
+it. It imports the harness of its own checkout, whichever checkout the venv's editable install
+(``setup.sh``) points at: it writes into that checkout.
 """
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's harness
 
 from harness.protocols.papers import main
 
