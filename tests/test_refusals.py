@@ -86,9 +86,10 @@ def test_the_stand_in_torch_would_be_noticed(tmp_path):
     assert proc.returncode == 1 and "torch imported before the refusal" in proc.stderr
 
 
-def _resumable_folder(folder: Path, args: list[str]) -> None:
-    """A run folder as a finished run of ``args`` leaves it, as far as the precheck reads it: a row, and a meta.json
-    whose identity is that command's config part plus keys only a job adds."""
+def _resumable_folder(folder: Path, args: list[str], rows: str = '{"status": "ok"}\n', shard: dict | None = None
+                      ) -> None:
+    """A run folder as a finished run of ``args`` leaves it, as far as the precheck reads it: ``rows``, and a
+    meta.json whose identity is that command's config part plus keys only a job adds."""
     from omegaconf import OmegaConf
 
     from harness.config.compose import compose, validate
@@ -100,8 +101,8 @@ def _resumable_folder(folder: Path, args: list[str]) -> None:
     identity = {**config_identity(OmegaConf.to_container(job, resolve=True)), "code.git_commit": "abc",
                 "machine.device": "cpu", "data.fingerprint": "f00"}
     folder.mkdir(parents=True)
-    (folder / "results.jsonl").write_text('{"status": "ok"}\n')
-    (folder / "meta.json").write_text(json.dumps({"identity": identity}))
+    (folder / "results.jsonl").write_text(rows)
+    (folder / "meta.json").write_text(json.dumps({"identity": identity, "shard": shard}))
 
 
 def test_resuming_a_folder_of_other_settings_is_one_line_before_torch(tmp_path):
@@ -125,3 +126,24 @@ def test_the_same_command_resumes_past_the_precheck(tmp_path):
     _resumable_folder(tmp_path / "run", args)
     assert precheck([*args, f"hydra.run.dir={tmp_path / 'run'}"]).path == tmp_path / "run"  # not refused
     assert precheck([*args, "decoder.speculative.gamma=6", "runner.resume=false", f"hydra.run.dir={tmp_path / 'run'}"])
+
+
+def test_the_resume_precheck_names_a_shard_or_a_decoder_set_and_skips_a_folder_without_a_row(tmp_path):
+    from harness.config.errors import ConfigError
+    from harness.config.precheck import precheck
+
+    args = ["model=tiny-random", "task.limit=2", "decoder=[vanilla,speculative]"]
+    # Before: another shard was refused only by the job, after the models loaded (runner.shard is not in the identity)
+    _resumable_folder(tmp_path / "sh", args, shard={"index": 0, "count": 2})
+    with pytest.raises(ConfigError, match=r"\(runner.shard: 0/2 -> 1/2;"):
+        precheck([*args, "runner.shard=1/2", f"hydra.run.dir={tmp_path / 'sh'}"])
+    assert precheck([*args, "runner.shard=0/2", f"hydra.run.dir={tmp_path / 'sh'}"])  # the same shard resumes
+    # Before: another decoder set was named by its first key, "decoder.prompt_lookup._partial_: <absent> -> True"
+    _resumable_folder(tmp_path / "dec", args)
+    with pytest.raises(ConfigError, match=r"\(decoders: vanilla, speculative -> vanilla, prompt_lookup and \d+ more;"):
+        precheck([*args[:2], "decoder=[vanilla,prompt_lookup]", f"hydra.run.dir={tmp_path / 'dec'}"])
+    # Before: a results file without a complete row (blank, or a first row torn by a kill) was refused, although the
+    # job cuts a torn row off and starts the folder afresh
+    for name, rows in (("blank", "\n"), ("torn", '{"status": "ok", "sample_id"')):
+        _resumable_folder(tmp_path / name, args, rows=rows)
+        assert precheck([*args, "decoder.speculative.gamma=6", f"hydra.run.dir={tmp_path / name}"])

@@ -54,8 +54,17 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def decoder_names(flat: Mapping[str, Any]) -> list[str]:
+    """The decoder configurations a flattened config or identity holds (``decoder.<name>.*`` keys), in order."""
+    return list(dict.fromkeys(k.split(".")[1] for k in flat if k.startswith("decoder.") and k.count(".") >= 2))
+
+
 def config_differences(identity: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     """:func:`differences` between the config part of a stored run ``identity`` and a command's resolved
-    ``config`` (what :func:`config_identity` makes of it)."""
+    ``config`` (what :func:`config_identity` makes of it), led by ``"decoders: a, b -> a, c"`` when the two hold
+    other decoder configurations (their keys alone would name ``decoder.c._partial_`` first)."""
     stored = {k: v for k, v in identity.items() if not k.startswith(ENVIRONMENT_PREFIXES)}
-    return differences(stored, config_identity(config))
+    new = config_identity(config)
+    old_names, new_names = decoder_names(stored), decoder_names(new)
+    lead = [f"decoders: {', '.join(old_names)} -> {', '.join(new_names)}"] if set(old_names) != set(new_names) else []
+    return lead + differences(stored, new)

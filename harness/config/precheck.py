@@ -306,21 +306,48 @@ def check_resume(run_dir: Path, job: Any) -> None:
 
     if not job.runner.get("resume", True):
         return
-    rows, meta = run_dir / "results.jsonl", run_dir / "meta.json"
     try:
-        if rows.stat().st_size == 0:
-            return
-        identity = json.loads(meta.read_text()).get("identity")
+        if not _holds_a_row(run_dir / "results.jsonl"):
+            return  # nothing to resume (blank lines, a torn first row: the job cuts it off and starts)
+        stored = json.loads((run_dir / "meta.json").read_text())
+        identity = stored.get("identity")
     except (OSError, ValueError, AttributeError):
-        return  # no rows, or no readable meta.json: the job's own check decides
+        return  # no readable meta.json: the job's own check decides
     if not isinstance(identity, dict):
         return
     diff = config_differences(identity, OmegaConf.to_container(job, resolve=True))
+    old_shard, new_shard = _shard_text(stored.get("shard")), _shard_text(job.runner.get("shard"))
+    if old_shard != new_shard:  # not in the identity: the shards of one run share it
+        diff.insert(0, f"runner.shard: {old_shard} -> {new_shard}")
     if diff:
         more = f" and {len(diff) - 1} more" if len(diff) > 1 else ""
         raise ConfigError(f"{run_dir} holds rows measured with other settings ({diff[0]}{more}; folder -> this "
                           "command), so nothing was run: write to a new folder (hydra.run.dir=<new folder>) or pass "
                           f"runner.resume=false to start it over (its files move to {run_dir / 'superseded'}/<time>/)")
+
+
+def _holds_a_row(path: Path) -> bool:
+    """Whether ``path`` holds a complete row (a JSON object on a line); reads up to the first."""
+    import json
+
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                if isinstance(json.loads(line), dict):
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+def _shard_text(shard: Any) -> str | None:
+    """A shard as ``"i/n"``: ``meta.json``'s ``{"index": i, "count": n}`` or the setting's ``"i/n"``; None: no shard."""
+    if isinstance(shard, dict):
+        return f"{shard.get('index')}/{shard.get('count')}"
+    if isinstance(shard, str) and "/" in shard:
+        i, _, n = shard.partition("/")
+        return f"{i.strip()}/{n.strip()}"
+    return None if shard is None else str(shard)
 
 
 def check_launcher(launcher: Any, choice: str | None) -> None:
