@@ -54,6 +54,17 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def shard_text(shard: Any) -> str | None:
+    """A shard as ``"i/n"``: ``meta.json``'s ``{"index": i, "count": n}`` or the ``runner.shard`` setting's
+    ``"i/n"``; ``None``: no shard."""
+    if isinstance(shard, Mapping):
+        return f"{shard.get('index')}/{shard.get('count')}" if shard else None
+    if isinstance(shard, str) and "/" in shard:
+        i, _, n = shard.partition("/")
+        return f"{i.strip()}/{n.strip()}"
+    return None if shard is None else str(shard)
+
+
 def decoder_names(flat: Mapping[str, Any]) -> list[str]:
     """The decoder configurations a flattened config or identity holds (``decoder.<name>.*`` keys), in order."""
     return list(dict.fromkeys(k.split(".")[1] for k in flat if k.startswith("decoder.") and k.count(".") >= 2))

@@ -302,7 +302,7 @@ def check_resume(run_dir: Path, job: Any) -> None:
     """
     import json
 
-    from harness.config.identity import config_differences
+    from harness.config.identity import config_differences, shard_text
 
     if not job.runner.get("resume", True):
         return
@@ -316,7 +316,7 @@ def check_resume(run_dir: Path, job: Any) -> None:
     if not isinstance(identity, dict):
         return
     diff = config_differences(identity, OmegaConf.to_container(job, resolve=True))
-    old_shard, new_shard = _shard_text(stored.get("shard")), _shard_text(job.runner.get("shard"))
+    old_shard, new_shard = shard_text(stored.get("shard")), shard_text(job.runner.get("shard"))
     if old_shard != new_shard:  # not in the identity: the shards of one run share it
         diff.insert(0, f"runner.shard: {old_shard} -> {new_shard}")
     if diff:
@@ -338,16 +338,6 @@ def _holds_a_row(path: Path) -> bool:
             except ValueError:
                 continue
     return False
-
-
-def _shard_text(shard: Any) -> str | None:
-    """A shard as ``"i/n"``: ``meta.json``'s ``{"index": i, "count": n}`` or the setting's ``"i/n"``; None: no shard."""
-    if isinstance(shard, dict):
-        return f"{shard.get('index')}/{shard.get('count')}"
-    if isinstance(shard, str) and "/" in shard:
-        i, _, n = shard.partition("/")
-        return f"{i.strip()}/{n.strip()}"
-    return None if shard is None else str(shard)
 
 
 def check_launcher(launcher: Any, choice: str | None) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from harness.config.identity import config_identity, differences
+from harness.config.identity import config_identity, differences, shard_text
 from harness.job import rundir
 from harness.rows.columns import norm
 from harness.rows.identity import DONE_STATUSES, cell_key, latest_rows  # noqa: F401 (latest_rows: for the runner)
@@ -195,11 +195,6 @@ def _job_log() -> str | None:
     return f"{HydraConfig.get().job.name}.log" if HydraConfig.initialized() else None
 
 
-def shard_spec(shard: Mapping[str, Any] | None) -> str | None:
-    """``meta.json``'s ``shard`` entry (``{"index": i, "count": n, ...}`` or null) as ``"i/n"`` or ``None``."""
-    return f"{shard['index']}/{shard['count']}" if shard else None
-
-
 def _mismatch_message(run_dir: Path, rows: pd.DataFrame, identity: Mapping[str, Any], run_identity: str,
                       shard: str | None) -> str:
     found = sorted({(norm(r.get("run_identity")), norm(r.get("shard"))) for r in rows.to_dict("records")},
@@ -216,14 +211,14 @@ def _mismatch_message(run_dir: Path, rows: pd.DataFrame, identity: Mapping[str, 
         if meta_path.exists():
             try:
                 meta = json.loads(meta_path.read_text())
-                if (meta.get("run_identity"), shard_spec(meta.get("shard"))) in found:
+                if (meta.get("run_identity"), shard_text(meta.get("shard"))) in found:
                     stored = meta
             except (OSError, json.JSONDecodeError):
                 pass
         diff = []
         if stored is not None:
             diff = differences(stored.get("identity") or {}, identity)
-            old_shard = shard_spec(stored.get("shard"))
+            old_shard = shard_text(stored.get("shard"))
             if old_shard != shard:
                 diff.append(f"runner.shard: {old_shard} -> {shard}")
         if diff:
