@@ -172,3 +172,15 @@ def test_depth_first_keeps_sibling_order_and_puts_the_first_children_path_first(
     assert new_parents[:3] == [-1, 0, 1]  # the first children's path leads: 0 -> 2 -> 5
     with pytest.raises(ValueError, match="not an earlier node"):
         depth_first([-1, 2, 0])
+
+
+def test_plain_positions_are_views_of_one_growing_arange():
+    from decoders.common.forward import positions
+
+    cpu = torch.device("cpu")
+    assert positions(5, 3, cpu).tolist() == [[5, 6, 7]] and positions(5, 3, cpu).dtype == torch.long
+    assert positions(10_000, 2, cpu).tolist() == [[10_000, 10_001]]  # past the first table: it grows
+    assert positions(0, 1, cpu).tolist() == [[0]]
+    with torch.inference_mode():
+        inside = positions(3, 2, cpu)
+    assert inside.tolist() == [[3, 4]] and not inside.is_inference()  # readable outside inference mode too
