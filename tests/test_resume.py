@@ -28,6 +28,7 @@ import harness.rows.machine
 from harness.job.app import CONF_DIR, main_job
 from harness.job.resume import repair_trailing_newline
 from harness.rows.identity import latest_rows
+from harness.rows.results import find_result_files, read_results
 
 BASE = ["model=tiny-random", "task.limit=2", "runner.max_new_tokens=12", "runner.warmup=0", "runner.score=false",
         "decoder=[vanilla,speculative]"]
@@ -263,6 +264,11 @@ def test_resume_false_starts_over_and_keeps_the_old_rows_aside(run):
     assert len(old) == 1 and old[0].read_text().splitlines() == before
     summary = pd.read_csv(run / "summary.csv").set_index("decoder")
     assert summary.loc["speculative", "samples"] == 2  # only the new run's rows
+    # Before: naming the superseded folder said only "no results.jsonl under ..."
+    with pytest.raises(FileNotFoundError, match="moved aside are read when their file is named, e.g. .*results"
+                                               r"\.superseded\.jsonl"):
+        find_result_files([old[0].parent])
+    assert len(read_results([old[0]])) == len(before)  # named, the file is read
 
 
 def test_repair_trailing_newline(tmp_path, caplog):

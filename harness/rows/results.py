@@ -155,7 +155,10 @@ def find_result_files(paths: Iterable[str | Path], repeated: list[str] | None = 
         for f in hits:
             found.setdefault(f.resolve(), []).append(str(p))
     if not found:
-        raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, paths))}")
+        aside = [q for p in map(Path, paths) if p.is_dir() for q in sorted(p.rglob("results.superseded.jsonl"))]
+        hint = (f"; rows that runner.resume=false moved aside are read when their file is named, e.g. {aside[0]}"
+                if aside else "")
+        raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, paths))}{hint}")
     if repeated is not None:
         repeated += [f"repeated input: {f} is named {len(given)} times ({', '.join(dict.fromkeys(given))}): "
                      "its rows are read once" for f, given in found.items() if len(given) > 1]
