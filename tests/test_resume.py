@@ -277,3 +277,17 @@ def test_repair_trailing_newline(tmp_path, caplog):
     assert repair_trailing_newline(f) is True
     assert f.read_text() == '{"a": 1}\n'  # the torn row is cut off (it was never a result)
     assert repair_trailing_newline(f) is False
+
+
+def test_the_jobs_differences_lead_with_another_decoder_list():
+    # Before: the job's refusal (and the precheck's, through its own lead) named decoder.prompt_lookup._partial_ first
+    from harness.config.identity import differences
+
+    old = {"decoder.vanilla._partial_": True, "decoder.speculative._partial_": True, "decoder.speculative.gamma": 4,
+           "code.git_commit": "a"}
+    new = {"decoder.vanilla._partial_": True, "decoder.prompt_lookup._partial_": True, "code.git_commit": "b"}
+    diff = differences(old, new)
+    assert diff[0] == "decoders: vanilla, speculative -> vanilla, prompt_lookup"
+    assert "decoder.speculative.gamma: 4 -> <absent>" in diff and "code.git_commit: a -> b" in diff
+    assert differences(old, old) == []
+    assert differences(old, {**old, "code.git_commit": "b"}) == ["code.git_commit: a -> b"]

@@ -45,8 +45,11 @@ def _fmt(value: Any) -> str:
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``"key: old -> new"`` for every key whose value differs (a missing key shows as ``<absent>``)."""
-    out = []
+    """``"key: old -> new"`` for every key whose value differs (a missing key shows as ``<absent>``), led by
+    ``"decoders: a, b -> a, c"`` when the two hold other decoder configurations (their keys alone would name
+    ``decoder.c._partial_`` first)."""
+    old_names, new_names = decoder_names(old), decoder_names(new)
+    out = [f"decoders: {', '.join(old_names)} -> {', '.join(new_names)}"] if set(old_names) != set(new_names) else []
     for k in sorted(set(old) | set(new)):
         a, b = old.get(k, "<absent>"), new.get(k, "<absent>")
         if a != b:
@@ -72,10 +75,6 @@ def decoder_names(flat: Mapping[str, Any]) -> list[str]:
 
 def config_differences(identity: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     """:func:`differences` between the config part of a stored run ``identity`` and a command's resolved
-    ``config`` (what :func:`config_identity` makes of it), led by ``"decoders: a, b -> a, c"`` when the two hold
-    other decoder configurations (their keys alone would name ``decoder.c._partial_`` first)."""
+    ``config`` (what :func:`config_identity` makes of it)."""
     stored = {k: v for k, v in identity.items() if not k.startswith(ENVIRONMENT_PREFIXES)}
-    new = config_identity(config)
-    old_names, new_names = decoder_names(stored), decoder_names(new)
-    lead = [f"decoders: {', '.join(old_names)} -> {', '.join(new_names)}"] if set(old_names) != set(new_names) else []
-    return lead + differences(stored, new)
+    return differences(stored, config_identity(config))
