@@ -335,7 +335,7 @@ def _holds_a_row(path: Path) -> bool:
             try:
                 if isinstance(json.loads(line), dict):
                     return True
-            except ValueError:
+            except (ValueError, RecursionError):  # as harness.rows.results.read_results: not a row
                 continue
     return False
 

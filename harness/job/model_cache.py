@@ -381,7 +381,6 @@ def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
             if problem is None:
                 if out_dir not in _PREPARED:
                     log.info("using cached converted model %s (no fetch, no conversion)", out_dir)
-                _PREPARED.add(out_dir)
                 return str(out_dir)
             log.warning("discarding cached model %s: %s; rebuilding it", out_dir, problem)
         _remove_leftovers(name)
@@ -389,7 +388,6 @@ def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
             gguf = Path(os.path.expanduser(str(spec["path"])))
             check_gguf(gguf, spec.get("sha256"))
             convert_gguf(gguf, out_dir, expected)
-            _PREPARED.add(out_dir)
             return str(out_dir)
         gguf = cache_dir() / "gguf" / f"{name}.gguf"
         if gguf.exists():
@@ -407,7 +405,6 @@ def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
         convert_gguf(gguf, out_dir, expected)
         if not spec.get("keep_gguf"):
             gguf.unlink()  # the safetensors folder is what later runs load
-        _PREPARED.add(out_dir)
         return str(out_dir)
 
 
@@ -435,5 +432,7 @@ def materialize(spec: Mapping[str, Any]) -> str:
     if source in GGUF_SOURCES:
         if source == "gguf" and not Path(os.path.expanduser(str(spec["path"]))).exists():
             raise ModelLoadError(f"GGUF file {spec['path']} does not exist; fix `path` in the model config")
-        return _materialize_gguf(spec, name)
+        path = _materialize_gguf(spec, name)
+        _PREPARED.add(Path(path))
+        return path
     raise ModelLoadError(f"unknown model source {source!r} for {name}; choose one of {', '.join(SOURCES)}")
