@@ -147,3 +147,20 @@ def test_the_resume_precheck_names_a_shard_or_a_decoder_set_and_skips_a_folder_w
     for name, rows in (("blank", "\n"), ("torn", '{"status": "ok", "sample_id"')):
         _resumable_folder(tmp_path / name, args, rows=rows)
         assert precheck([*args, "decoder.speculative.gamma=6", f"hydra.run.dir={tmp_path / name}"])
+
+
+def test_two_spellings_of_one_data_folder_are_one_setting(tmp_path, monkeypatch):
+    from harness.config.errors import ConfigError
+    from harness.config.precheck import precheck
+
+    # Before: data_dir=<folder>/ or ../<folder> after data_dir=<folder> was "other settings" (the resume was refused)
+    data, other = tmp_path / "data", tmp_path / "other"
+    data.mkdir()
+    other.mkdir()
+    args = ["model=tiny-random", "task.limit=1", "decoder=[vanilla]"]
+    _resumable_folder(tmp_path / "run", [*args, f"data_dir={data}"])
+    monkeypatch.chdir(tmp_path / "run")
+    for spelling in (f"{data}/", "../data", f"{tmp_path}/run/../data"):
+        assert precheck([*args, f"data_dir={spelling}", f"hydra.run.dir={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match=rf"\(data_dir: {data} -> {other};"):
+        precheck([*args, "data_dir=../other/", f"hydra.run.dir={tmp_path / 'run'}"])

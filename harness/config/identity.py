@@ -10,12 +10,25 @@ packages, machine, data fingerprint). :func:`config_differences` compares the co
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any, Mapping
 
 #: Config keys (dotted) left out of the run identity: they change neither outputs nor timing.
 IGNORED_CONFIG_KEYS = ("runner.resume", "runner.shard", "output_dir")
 #: Identity keys that are not config settings: the job adds them (code version, packages, machine, data).
 ENVIRONMENT_PREFIXES = ("code.", "packages.", "machine.", "data.")
+#: Config keys that name a file or folder: the identity holds them as :func:`resolve_path` makes them, so two
+#: spellings of one path (``../shared/data``, ``/work/shared/data/``, ``~/data``) are one setting.
+PATH_KEYS = ("data_dir", "task.data_dir", "task.data_path", "model.target.path", "model.draft.path")
+
+
+def resolve_path(value: Any) -> Any:
+    """A path setting as one absolute path: ``~`` and ``$VARS`` expanded, relative to the working folder, ``..``,
+    a trailing slash and symbolic links undone. Anything but a non-empty string comes back as it is."""
+    if not isinstance(value, str) or not value:
+        return value
+    return str(Path(os.path.expanduser(os.path.expandvars(value))).resolve())
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -36,8 +49,9 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def config_identity(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config part of a run identity: ``config`` (resolved, plain containers) flattened, without
-    :data:`IGNORED_CONFIG_KEYS` and Hydra's own ``hydra.*`` settings."""
-    return {k: v for k, v in flatten(config).items() if k not in IGNORED_CONFIG_KEYS and not k.startswith("hydra.")}
+    :data:`IGNORED_CONFIG_KEYS` and Hydra's own ``hydra.*`` settings; :data:`PATH_KEYS` resolved."""
+    return {k: resolve_path(v) if k in PATH_KEYS else v for k, v in flatten(config).items()
+            if k not in IGNORED_CONFIG_KEYS and not k.startswith("hydra.")}
 
 
 def _fmt(value: Any) -> str:

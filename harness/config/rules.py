@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import sys
@@ -19,6 +18,7 @@ from omegaconf import OmegaConf
 
 from decoders.settings import FixedTreeSettings, PromptLookupSettings, tree_shape_problem
 from declare import must_be, out_of_bounds, show
+from harness.config.identity import resolve_path
 from harness.config.schemas import SOURCE_FIELDS
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -113,7 +113,7 @@ def check_path(key: str, value: Any) -> list[str]:
     folder lacks)."""
     if value in (None, "") or not isinstance(value, str):
         return []
-    p = Path(os.path.expanduser(os.path.expandvars(value))).resolve()
+    p = Path(resolve_path(value))
     if p.exists():
         return []
     if key in ("data_dir", "task.data_dir"):

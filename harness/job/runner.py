@@ -33,6 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from harness.rows.grouping import settings_label
+from harness.config.identity import resolve_path
 from harness.config.schemas import declared_defaults
 from harness.report.summary import write_summary
 from harness.rows.machine import cpu_affinity, emulated_half_note
@@ -151,14 +152,16 @@ class Runner:
     def _data_identity(self) -> dict[str, Any]:
         """sha256 over the selected samples (ids, prompts, references, metadata) and their rendered first-turn
         prompts -- so the data file, few-shot exemplars, prompt style and chat template are all covered --
-        plus where the data came from."""
+        plus where the data came from (a local file as one absolute path, so two spellings of it are one run)."""
         h = hashlib.sha256()
         for s in self.samples:
             rendered = self._render(s, 0, [])
             h.update(json.dumps([s.sample_id, s.prompt, s.messages, s.reference, s.metadata, rendered],
                                 sort_keys=True, default=str).encode())
         origin = self.task.origin
-        return {"fingerprint": h.hexdigest()[:16], "origin": str(origin) if origin is not None else None,
+        if origin is not None:
+            origin = resolve_path(str(origin)) if os.path.exists(str(origin)) else str(origin)
+        return {"fingerprint": h.hexdigest()[:16], "origin": origin,
                 "samples": len(self.samples)}
 
     def _write_meta(self, config: Mapping[str, Any] | None, environment: Mapping[str, Any] | None,
