@@ -97,6 +97,9 @@ class FixedTreeDecoder(DraftingDecoder, settings=FixedTreeSettings, uses_draft=T
             :data:`decoders.settings.EAGLE1_TREE`).
         draft_vocab_size: ``>= 0``; 0 = off. Otherwise ranks are taken among the ``draft_vocab_size`` lowest ids
             (BPE merge rank) plus the EOS ids only, through a reduced LM head (as OPT-Tree's option).
+        draft_window: ``>= 0``; 0 = off. Otherwise the draft reads only the prompt's first 4 and last
+            ``draft_window`` tokens (:func:`~decoders.common.base.draft_view`): a shorter draft prefill on long
+            prompts, other drafts, the same output.
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (the draft's ranks are taken from its
             distributions processed as the run samples).

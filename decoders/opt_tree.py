@@ -112,6 +112,9 @@ class OptTreeDecoder(DraftingDecoder, settings=OptTreeSettings, uses_draft=True)
             (BPE merge rank, :func:`~decoders.common.heads.merge_rank_ids`) plus the EOS ids, through a reduced LM
             head (FR-Spec, arXiv 2502.14856): cheaper draft forwards, tree nodes only from those ids. The
             cost-aware rule times the draft with its full head (an upper bound on the reduced head's cost).
+        draft_window: ``>= 0``; 0 = off. Otherwise the draft reads only the prompt's first 4 and last
+            ``draft_window`` tokens (:func:`~decoders.common.base.draft_view`): a shorter draft prefill on long
+            prompts, other drafts, the same output.
         eos_token_ids: ids that end generation; an EOS node is never expanded.
         sampling: greedy (the default) or the sampling settings of the run (applied to the draft's values too).
 

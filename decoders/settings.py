@@ -36,11 +36,18 @@ class HFGreedySettings:
     """transformers' own ``generate()``: no settings of its own."""
 
 
+# The draft's view of a long prompt, shared by speculative decoding and the draft trees (declared once).
+def _draft_window():
+    return setting(0, at_least(0), "the draft reads only the prompt's first 4 and last N tokens: a shorter draft "
+                                   "prefill (0: the whole prompt)")
+
+
 @dataclass
 class SpeculativeSettings:
     """Leviathan et al. 2023 (arXiv 2211.17192)."""
 
     gamma: int = setting(4, at_least(1), "draft tokens per step")
+    draft_window: int = _draft_window()
 
 
 @dataclass
@@ -70,6 +77,7 @@ def _pool_from_prompt():
 # The draft's reduced LM head, shared by Ouroboros and the draft trees (declared once).
 def _draft_vocab_size():
     return setting(0, at_least(0), "draft LM head cut to the lowest-merge-rank ids (0: off)")
+
 
 
 @dataclass
@@ -123,6 +131,7 @@ class OptTreeSettings:
                                                 "copied from the context fed under the best frontier node; the "
                                                 "part the draft ranks in its top num_nodes joins the tree (0: off)")
     draft_vocab_size: int = _draft_vocab_size()
+    draft_window: int = _draft_window()
 
 
 #: EAGLE-1's default draft tree: ``mc_sim_7b_63`` in SafeAILab/EAGLE ``eagle/model/choices.py`` (25 nodes over 5
@@ -144,6 +153,7 @@ class FixedTreeSettings:
     paths: List[List[int]] = setting(EAGLE1_TREE, None, "the tree: one path of draft ranks per node, e.g. "
                                                         "[[0],[1],[0,0]] (default: EAGLE-1's 25-node tree)")
     draft_vocab_size: int = _draft_vocab_size()
+    draft_window: int = _draft_window()
 
 
 def tree_levels(paths: Sequence[Sequence[int]]) -> list[int]:

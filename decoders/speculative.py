@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from decoders.common.base import DraftingDecoder, DraftVocab
+from decoders.common.base import DraftingDecoder, DraftVocab, draft_view
 from decoders.common.batch import BatchCache
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import forward, new_cache
@@ -47,6 +47,9 @@ class SpeculativeDecoder(DraftingDecoder, settings=SpeculativeSettings, uses_dra
         draft_model: a smaller model with the same tokenizer.
         gamma: draft tokens per step (>= 1). Near the end the draft is shortened so a step never
             produces more than ``max_new_tokens``.
+        draft_window: ``>= 0``; 0 = off. Otherwise the draft reads only the prompt's first 4 and last
+            ``draft_window`` tokens (:func:`~decoders.common.base.draft_view`): a shorter draft prefill on long
+            prompts, other drafts, the same output.
         eos_token_ids: ids that end generation. Drafting also stops early at an EOS draft token.
         sampling: greedy (the default) or the sampling settings of the run, applied to both models.
 
@@ -61,7 +64,8 @@ class SpeculativeDecoder(DraftingDecoder, settings=SpeculativeSettings, uses_dra
     supports_batch = True
 
     def proposer(self) -> "_DraftChain":
-        return _DraftChain(self.draft_model, self.vocab, self.gamma, self.eos_token_ids, self.sampling)
+        return _DraftChain(self.draft_model, self.vocab, self.gamma, self.eos_token_ids, self.sampling,
+                           self.draft_window)
 
     def batch_proposer(self, rows: int) -> "_BatchDraftChain":
         return _BatchDraftChain(self, rows)
@@ -83,21 +87,23 @@ def draft_next(logits: torch.Tensor, vocab: DraftVocab, sampling: SamplingConfig
 class _DraftChain:
     """The speculative proposer for one sample: ``gamma`` tokens drafted autoregressively by the draft model.
 
-    Draft cache invariant between steps: it holds a prefix of the context; ``feed`` is the rest except the
-    pending token (the prompt before the first step, so the draft's prefill is charged to the first drafting
-    step; the last draft token after a fully accepted draft).
+    Draft cache invariant between steps: it holds a prefix of the context (as the draft window shows it,
+    :func:`~decoders.common.base.draft_view`: ``offset`` tokens fewer); ``feed`` is the rest except the pending
+    token (the prompt before the first step, so the draft's prefill is charged to the first drafting step; the
+    last draft token after a fully accepted draft).
     """
 
     def __init__(self, draft_model: PreTrainedModel, vocab: DraftVocab, gamma: int, eos_token_ids: frozenset[int],
-                 sampling: SamplingConfig):
+                 sampling: SamplingConfig, draft_window: int = 0):
         self.draft_model, self.vocab, self.gamma = draft_model, vocab, gamma
-        self.eos_token_ids, self.sampling = eos_token_ids, sampling
+        self.eos_token_ids, self.sampling, self.window = eos_token_ids, sampling, draft_window
         self.cache = new_cache(draft_model)
         self.device = draft_model.get_input_embeddings().weight.device
         self.feed: list[int] = []
+        self.offset = 0
 
     def start(self, prompt: list[int]) -> None:
-        self.feed = list(prompt)
+        self.feed, self.offset = draft_view(prompt, self.window)
 
     def propose(self, context: list[int], remaining: int, generator: torch.Generator | None) -> DraftTree:
         gamma = min(self.gamma, remaining - 1)
@@ -128,9 +134,9 @@ class _DraftChain:
         committed = len(context) - len(verdict.emitted) - 1  # cached target tokens before this step
         if tree.size:
             # Roll back: keep what was committed before the step (old pending included) + accepted drafts.
-            keep = min(self.cache.get_seq_length(), committed + 1 + len(verdict.path))
+            keep = min(self.cache.get_seq_length(), committed + 1 + len(verdict.path) - self.offset)
             crop(self.cache, keep)
-            self.feed = context[keep:-1]  # tokens the draft cache still lacks, except the new pending one
+            self.feed = context[keep + self.offset:-1]  # what the draft cache still lacks, except the new pending one
         else:
             self.feed = self.feed + [context[-2]]
 
@@ -143,18 +149,21 @@ class _BatchDraftChain:
     drafting (one :class:`~decoders.common.batch.BatchCache` for the draft model; a row that has its ``gamma``
     tokens, drafted an EOS id or cannot be drafted from is fed pads until the others are done).
 
-    Per row the same rules as :class:`_DraftChain`: the draft cache holds a prefix of the row's context and
-    ``feed[row]`` the rest except the pending token; rejected drafts are dropped from the row (a crop).
+    Per row the same rules as :class:`_DraftChain`: the draft cache holds a prefix of the row's context (less
+    ``offset[row]`` tokens under a draft window) and ``feed[row]`` the rest except the pending token; rejected
+    drafts are dropped from the row (a crop).
     """
 
     def __init__(self, decoder: SpeculativeDecoder, rows: int):
         self.vocab, self.gamma, self.eos_token_ids = decoder.vocab, decoder.gamma, decoder.eos_token_ids
-        self.sampling = decoder.sampling
+        self.sampling, self.window = decoder.sampling, decoder.draft_window
         self.draft = BatchCache(decoder.draft_model, rows)
         self.feed: list[list[int]] = [[] for _ in range(rows)]
+        self.offset = [0] * rows
 
     def start(self, prompts: list[list[int]]) -> None:
-        self.feed = [list(p) for p in prompts]
+        views = [draft_view(p, self.window) for p in prompts]
+        self.feed, self.offset = [v for v, _ in views], [o for _, o in views]
 
     def select(self, keep: list[int]) -> None:
         self.draft.select(keep)
@@ -190,9 +199,9 @@ class _BatchDraftChain:
         for i, (r, context, tree, verdict) in enumerate(zip(rows, contexts, trees, verdicts)):
             if tree.size:
                 committed = len(context) - len(verdict.emitted) - 1  # cached target tokens before this step
-                keep = min(self.draft.length(i), committed + 1 + len(verdict.path))
+                keep = min(self.draft.length(i), committed + 1 + len(verdict.path) - self.offset[r])
                 self.draft.keep(i, keep, [])
-                self.feed[r] = context[keep:-1]
+                self.feed[r] = context[keep + self.offset[r]:-1]
             else:
                 self.feed[r] = self.feed[r] + [context[-2]]
 

@@ -90,14 +90,19 @@ def assert_refuses_arguments_it_does_not_take(make: Callable[..., Any], misspelt
 
 def assert_draft_cache_is_a_fresh_prefill(drafter: Any, context: Sequence[int]) -> None:
     """A tree proposer's :class:`~decoders.common.tree_draft.TreeDrafter` after a step: its cache holds exactly
-    ``context[:drafter.cached]`` (``context``: the prompt and every committed id), equal to a fresh prefill of those
-    ids (kept entries moved, not recomputed, must still be right)."""
+    ``context[:drafter.cached]`` (``context``: the prompt and every committed id; under a draft window, as
+    :func:`~decoders.common.base.draft_view` shows it: the first ``SINK_TOKENS``, then from ``offset + SINK_TOKENS``
+    on), equal to a fresh prefill of those ids (kept entries moved, not recomputed, must still be right)."""
+    from decoders.common.base import SINK_TOKENS
     from decoders.common.forward import forward, new_cache
 
     model = drafter.decoder.draft_model
+    held = list(context[: drafter.cached])
+    if drafter.offset:
+        held = held[:SINK_TOKENS] + held[drafter.offset + SINK_TOKENS:]
     fresh = new_cache(model)
-    forward(model, torch.tensor([list(context[: drafter.cached])]), fresh)
-    assert drafter.cache.get_seq_length() == drafter.cached
+    forward(model, torch.tensor([held]), fresh)
+    assert drafter.cache.get_seq_length() == len(held) == drafter.cached - drafter.offset
     for mine, ref in zip(drafter.cache.layers, fresh.layers):
         torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)

@@ -458,8 +458,9 @@ def test_precheck_passes_valid_sweeps_and_experiments(nothing_may_load, tmp_path
     (["decoder.speculative.gamma=0"], "error: decoder.speculative.gamma=0: must be an integer >= 1"),
     (["+decoder.speculative.temperature=0.7"],
      "error: unknown key decoder.speculative.temperature: decoder.speculative "
-     "(decoders.speculative.SpeculativeDecoder) takes gamma (and _target_, _partial_, uses_draft); sampling settings "
-     "are set once for every decoder of a run: runner.temperature, runner.top_p, runner.top_k, runner.seed "
+     "(decoders.speculative.SpeculativeDecoder) takes gamma, draft_window (and _target_, _partial_, uses_draft); "
+     "sampling settings are set once for every decoder of a run: runner.temperature, runner.top_p, runner.top_k, "
+     "runner.seed "
      "(e.g. runner.temperature=0.7)"),
     (["task=[humaneval,mbpp]"], "error: task=[humaneval,mbpp]: task takes one name per run (Hydra would merge the "
                                 "list silently); to run several, sweep them: python run.py -m task=humaneval,mbpp"),

@@ -81,7 +81,7 @@ def test_a_changed_declaration_reaches_constructor_schema_and_list(monkeypatch):
     assert inspect.signature(SpeculativeDecoder).parameters["gamma"].default is D.SpeculativeSettings.gamma
     assert S.SpeculativeConfig.gamma is D.SpeculativeSettings.gamma
     out = list_configs(["decoder=tuned/speculative_tuned", "task=humaneval"])
-    assert "gamma    6 (default 4)  an integer >= 1  draft tokens per step" in out
+    assert "gamma         6 (default 4)  an integer >= 1  draft tokens per step" in out
     assert "stop_style" in out and "one of codex, function" in out
 
 
@@ -230,7 +230,7 @@ def test_a_class_line_names_a_settings_dataclass_and_the_class_writes_no_constru
     from tasks.base import Task
     from tasks.humaneval import HumanEval
 
-    with pytest.raises(TypeError, match=r"positionally, its settings by keyword \(gamma\)"):
+    with pytest.raises(TypeError, match=r"positionally, its settings by keyword \(gamma, draft_window\)"):
         SpeculativeDecoder(target, noisy_draft, 3)
     with pytest.raises(TypeError, match="unexpected argument draft_model"):
         PromptLookupDecoder(target, draft_model=noisy_draft)

@@ -50,6 +50,27 @@ class DraftVocab:
         return max(ids) < self.embed
 
 
+#: Prompt tokens a draft window keeps from the prompt's start: StreamingLLM's attention sinks (Xiao et al. 2023,
+#: arXiv 2309.17453, keep the first 4).
+SINK_TOKENS = 4
+
+
+def draft_view(prompt: Sequence[int], window: int) -> tuple[list[int], int]:
+    """The prompt as a draft with a ``draft_window`` of ``window`` tokens reads it, and the view's offset.
+
+    With ``window`` 0, or a prompt of at most ``window + SINK_TOKENS`` tokens: the whole prompt and 0. Otherwise
+    its first :data:`SINK_TOKENS` and last ``window`` tokens, and ``offset = len(prompt) - window - SINK_TOKENS``:
+    the draft's cache entry ``j >= SINK_TOKENS`` holds context token ``j + offset`` (positions ``0 ..`` in the
+    view), and every token after the prompt follows on, so a proposer whose draft cache covers ``context[:n]``
+    holds ``n - offset`` entries. Only the draft's prefill shrinks (to ``window + 4`` tokens; MagicDec, arXiv
+    2408.11049, drafts from such a StreamingLLM cache); the target reads the whole prompt and verifies every
+    token, so the window changes the drafts, never the output.
+    """
+    if window <= 0 or len(prompt) <= window + SINK_TOKENS:
+        return list(prompt), 0
+    return [*prompt[:SINK_TOKENS], *prompt[-window:]], len(prompt) - window - SINK_TOKENS
+
+
 class DraftingDecoder:
     """Base of the decoders that run :func:`decoders.common.driver.decode` with a proposer.
 

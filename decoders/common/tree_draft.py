@@ -5,8 +5,10 @@ they expand and keep; both feed each layer's frontier to the draft model in one 
 every node fed earlier in the step, read the draft's next-token distributions, and after verification keep the
 draft's KV entries of the accepted nodes it was fed. :class:`TreeDrafter` is that shared part:
 
-* between steps its cache holds ``context[:cached]``; a step's first forward (:meth:`TreeDrafter.first_layer`)
-  feeds the rest (at least the pending token), so the draft's prompt prefill is charged to the first step;
+* between steps its cache holds ``context[:cached]`` (with a ``draft_window``, as
+  :func:`~decoders.common.base.draft_view` shows it: ``offset`` entries fewer); a step's first forward
+  (:meth:`TreeDrafter.first_layer`) feeds the rest (at least the pending token), so the draft's prompt prefill is
+  charged to the first step;
 * within a step, the nodes fed (:meth:`TreeDrafter.layer`) follow the step's context in feed order, each named
   by the proposer's own key (any int ``>= 0``; ``-1`` is the pending token);
 * :meth:`TreeDrafter.accepted` keeps the entries of the accepted path's fed prefix
@@ -25,7 +27,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from decoders.common.base import DraftingDecoder
+from decoders.common.base import SINK_TOKENS, DraftingDecoder, draft_view
 from decoders.common.driver import Verdict
 from decoders.common.forward import new_cache
 from decoders.common.kv_cache import keep_path
@@ -37,7 +39,8 @@ class TreeDrafter:
 
     Attributes:
         draftable: False once the sample holds an id the draft cannot embed (then the proposer drafts nothing).
-        ctx_len: the draft cache's length before this step's tree nodes (the step's context).
+        ctx_len: the draft cache's length before this step's tree nodes (the step's context, less ``offset``).
+        offset: context tokens the draft window leaves out of the draft cache (0: it reads the whole prompt).
         fed: node key -> its position among the nodes fed to the draft this step.
     """
 
@@ -50,11 +53,16 @@ class TreeDrafter:
         self.dtype = decoder.draft_model.dtype  # once: transformers' ``dtype`` walks the parameters on every read
         self.draftable = True
         self.ctx_len = 0
+        self.offset = 0
+        self._sinks: list[int] = []  # the window's first tokens, fed with the first layer
         self.fed: dict[int, int] = {}
         self._lines: list[list[int]] = []  # each fed node's ancestor-or-self positions among the fed, root first
 
     def start(self, prompt: list[int]) -> None:
         self.draftable = self.decoder.vocab.can_embed(prompt)
+        view, self.offset = draft_view(prompt, self.decoder.draft_window)
+        self._sinks = view[:SINK_TOKENS] if self.offset else []
+        self.cached = self.offset + len(self._sinks)  # the context's next token to feed
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The draft's distributions, ``torch.FloatTensor`` of shape ``(m, columns)``, from the head's logits
@@ -77,9 +85,11 @@ class TreeDrafter:
             ``(probs, fed)``: the draft's distribution after the pending token, ``torch.FloatTensor`` of shape
             ``(1, columns)`` (:meth:`probs`), and the number of tokens fed.
         """
-        feed = context[self.cached:]
+        feed = [*self._sinks, *context[self.cached:]]
         logits = self.head.logits(torch.tensor([feed], device=self.device), self.cache, keep=1)
-        self.ctx_len = self.cached = len(context)
+        self._sinks = []
+        self.cached = len(context)
+        self.ctx_len = self.cached - self.offset
         self.fed, self._lines = {}, []
         return self.probs(logits), len(feed)
 
@@ -133,5 +143,5 @@ class TreeDrafter:
                 break
             kept.append(self.ctx_len + self.fed[key])
         keep_path(self.cache, self.ctx_len, kept)
-        self.cached = self.ctx_len + len(kept)
+        self.cached = self.offset + self.ctx_len + len(kept)
         self.fed, self._lines = {}, []

@@ -1,0 +1,112 @@
+"""The draft window (``draft_window``: the draft reads only the prompt's first ``SINK_TOKENS`` and last N tokens,
+:func:`decoders.common.base.draft_view`): every decoder that takes it still gives vanilla's whole sequences in
+float32, its draft cache holds exactly the windowed context, and the draft's prefill shrinks by the offset."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import PROMPTS
+from decoders.common.base import SINK_TOKENS, draft_view
+from decoders.fixed_tree import FixedTreeDecoder
+from decoders.opt_tree import OptTreeDecoder
+from decoders.speculative import SpeculativeDecoder
+from decoders.vanilla import VanillaDecoder
+from tests.decoder_checks import assert_tree_draft_keeps_the_accepted_kv
+
+MAX_NEW = 24
+WINDOW = 8
+#: Prompts longer than WINDOW + SINK_TOKENS bytes (so the window cuts them), repetitive and plain.
+LONG = [p for p in PROMPTS if len(p) > WINDOW + SINK_TOKENS + 4]
+
+DECODERS = {
+    "speculative": lambda t, d, eos, w: SpeculativeDecoder(t, d, gamma=4, draft_window=w, eos_token_ids=eos),
+    "opt_tree": lambda t, d, eos, w: OptTreeDecoder(t, d, num_nodes=8, draft_window=w, eos_token_ids=eos),
+    "opt_tree_hybrid_guess": lambda t, d, eos, w: OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, guess_tokens=4,
+                                                                 draft_window=w, eos_token_ids=eos),
+    "fixed_tree": lambda t, d, eos, w: FixedTreeDecoder(t, d, draft_window=w, eos_token_ids=eos),
+}
+
+
+def test_draft_view_keeps_the_sinks_and_the_last_tokens():
+    prompt = list(range(100, 130))
+    assert draft_view(prompt, 0) == (prompt, 0)
+    assert draft_view(prompt, 26) == (prompt, 0)  # 26 + 4 tokens: nothing to cut
+    view, offset = draft_view(prompt, 8)
+    assert view == [100, 101, 102, 103, *range(122, 130)] and offset == 30 - 8 - 4
+    assert view[SINK_TOKENS:] == prompt[SINK_TOKENS + offset:]  # entry j >= 4 holds context token j + offset
+
+
+@pytest.fixture(scope="module")
+def long_ids(tokenizer):
+    return [torch.tensor([tokenizer(p, add_special_tokens=False).input_ids]) for p in LONG]
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_a_windowed_draft_still_gives_vanillas_tokens_and_prefills_less(name, target, noisy_draft, eos_ids, long_ids):
+    vanilla = VanillaDecoder(target, eos_token_ids=eos_ids)
+    whole, windowed = (DECODERS[name](target, noisy_draft, eos_ids, w) for w in (0, WINDOW))
+    fed: list[int] = []  # tokens in each draft forward
+    hook = noisy_draft.register_forward_pre_hook(lambda m, args, kw: fed.append(kw["input_ids"].shape[1]),
+                                                 with_kwargs=True)
+    drafted = 0
+    try:
+        for ids in long_ids:
+            expected = vanilla.generate(ids, MAX_NEW).token_ids
+            fed.clear()
+            assert whole.generate(ids, MAX_NEW).token_ids == expected, (name, ids.tolist())
+            prefill_whole = fed[0]
+            fed.clear()
+            result = windowed.generate(ids, MAX_NEW)
+            assert result.token_ids == expected, (name, ids.tolist())
+            offset = draft_view(ids[0].tolist(), WINDOW)[1]
+            # the draft's prefill (its first forward: the prompt and the pending token) through the window
+            assert offset > 0 and prefill_whole == ids.shape[1] + 1 and fed[0] == WINDOW + SINK_TOKENS + 1, name
+            drafted += result.num_drafted
+    finally:
+        hook.remove()
+    assert drafted > 0
+
+
+def test_a_windowed_batch_gives_each_rows_tokens(target, noisy_draft, eos_ids, long_ids):
+    decoder = SpeculativeDecoder(target, noisy_draft, gamma=4, draft_window=WINDOW, eos_token_ids=eos_ids)
+    vanilla = VanillaDecoder(target, eos_token_ids=eos_ids)
+    results = decoder.generate_batch(long_ids[:5], MAX_NEW)
+    assert [r.token_ids for r in results] == [vanilla.generate(ids, MAX_NEW).token_ids for ids in long_ids[:5]]
+    assert sum(r.num_drafted for r in results) > 0
+
+
+@pytest.mark.parametrize("name", ["opt_tree_hybrid_guess", "fixed_tree"])
+def test_a_windowed_tree_draft_cache_is_the_windowed_context(name, target, noisy_draft, eos_ids, long_ids):
+    assert_tree_draft_keeps_the_accepted_kv(DECODERS[name](target, noisy_draft, eos_ids, WINDOW), long_ids[:4],
+                                            MAX_NEW)
+
+
+def test_a_windowed_draft_chain_holds_the_windowed_context(target, noisy_draft, eos_ids, long_ids):
+    """Between steps the chain's draft cache + ``feed`` are the windowed context less the pending token, and the
+    cache's entries are those of a fresh prefill of that prefix."""
+    from decoders.common.driver import decode
+    from decoders.common.forward import forward, new_cache
+
+    decoder = SpeculativeDecoder(target, noisy_draft, gamma=4, draft_window=WINDOW, eos_token_ids=eos_ids)
+    checked = 0
+    for ids in long_ids[:4]:
+        proposer = decoder.proposer()
+        step = proposer.accepted
+
+        def accepted(context, tree, verdict, step=step, chain=proposer):
+            nonlocal checked
+            step(context, tree, verdict)
+            view = context[:SINK_TOKENS] + context[chain.offset + SINK_TOKENS:-1]
+            held = chain.cache.get_seq_length()
+            assert chain.offset > 0 and view[held:] == chain.feed
+            fresh = new_cache(noisy_draft)
+            forward(noisy_draft, torch.tensor([view[:held]]), fresh)
+            for mine, ref in zip(chain.cache.layers, fresh.layers):
+                torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
+            checked += 1
+
+        proposer.accepted = accepted
+        decode(target, proposer, ids, MAX_NEW, eos_token_ids=eos_ids, sampling=decoder.sampling)
+    assert checked > 10
