@@ -79,7 +79,6 @@ def _draft_vocab_size():
     return setting(0, at_least(0), "draft LM head cut to the lowest-merge-rank ids (0: off)")
 
 
-
 @dataclass
 class LookaheadSettings:
     """Lookahead decoding (Fu et al. 2024, arXiv 2402.02057)."""

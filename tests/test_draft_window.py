@@ -26,6 +26,9 @@ DECODERS = {
     "opt_tree_hybrid_guess": lambda t, d, eos, w: OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, guess_tokens=4,
                                                                  draft_window=w, eos_token_ids=eos),
     "fixed_tree": lambda t, d, eos, w: FixedTreeDecoder(t, d, draft_window=w, eos_token_ids=eos),
+    # a step with a copy runs no draft forward: the draft cache falls behind the context and catches up later
+    "opt_tree_copy_only": lambda t, d, eos, w: OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, draft_on_copy=False,
+                                                              draft_window=w, eos_token_ids=eos),
 }
 
 
@@ -77,7 +80,7 @@ def test_a_windowed_batch_gives_each_rows_tokens(target, noisy_draft, eos_ids, l
     assert sum(r.num_drafted for r in results) > 0
 
 
-@pytest.mark.parametrize("name", ["opt_tree_hybrid_guess", "fixed_tree"])
+@pytest.mark.parametrize("name", ["opt_tree_hybrid_guess", "fixed_tree", "opt_tree_copy_only"])
 def test_a_windowed_tree_draft_cache_is_the_windowed_context(name, target, noisy_draft, eos_ids, long_ids):
     assert_tree_draft_keeps_the_accepted_kv(DECODERS[name](target, noisy_draft, eos_ids, WINDOW), long_ids[:4],
                                             MAX_NEW)
@@ -110,3 +113,28 @@ def test_a_windowed_draft_chain_holds_the_windowed_context(target, noisy_draft, 
         proposer.accepted = accepted
         decode(target, proposer, ids, MAX_NEW, eos_token_ids=eos_ids, sampling=decoder.sampling)
     assert checked > 10
+
+
+def test_a_windowed_batch_chain_holds_each_rows_windowed_context(target, noisy_draft, eos_ids, long_ids):
+    """Per row of a static batch, between steps: the draft cache's length + ``feed`` are the row's windowed context
+    less the pending token (rows of different offsets, finishing at different steps, so a row's index in the
+    batch and its number differ after the first finishes)."""
+    from decoders.common.batch import decode_batch
+
+    decoder = SpeculativeDecoder(target, noisy_draft, gamma=4, draft_window=WINDOW, eos_token_ids=eos_ids)
+    proposer = decoder.batch_proposer(5)
+    step = proposer.accepted
+    checked: set[tuple[int, int]] = set()  # (row, batch index) pairs seen
+
+    def accepted(rows, contexts, trees, verdicts):
+        step(rows, contexts, trees, verdicts)
+        for i, (r, context, tree) in enumerate(zip(rows, contexts, trees)):
+            if tree.size:
+                offset = proposer.offset[r]
+                view = context[:SINK_TOKENS] + context[offset + SINK_TOKENS:-1]
+                assert offset > 0 and view[proposer.draft.length(i):] == proposer.feed[r], (r, i)
+                checked.add((r, i))
+
+    proposer.accepted = accepted
+    decode_batch(target, proposer, long_ids[:5], MAX_NEW, eos_token_ids=eos_ids, sampling=decoder.sampling)
+    assert len({offset for offset in proposer.offset}) > 1 and any(r != i for r, i in checked)

@@ -70,6 +70,9 @@ DECODERS = {
     "speculative": ("confident", lambda t, d, s: SpeculativeDecoder(t, d, gamma=2, eos_token_ids=EOS, sampling=s)),
     "speculative/close-draft": ("close", lambda t, d, s: SpeculativeDecoder(t, d, gamma=2, eos_token_ids=EOS,
                                                                             sampling=s)),
+    # the draft reads the 10-token prompt's first 4 and last 2 tokens only (its distributions are another's)
+    "speculative/draft-window": ("confident", lambda t, d, s: SpeculativeDecoder(t, d, gamma=2, draft_window=2,
+                                                                                 eos_token_ids=EOS, sampling=s)),
     "prompt_lookup": (None, lambda t, d, s: PromptLookupDecoder(t, max_ngram_size=2, num_draft_tokens=2,
                                                                 eos_token_ids=EOS, sampling=s)),
     "hf_assisted": ("confident", lambda t, d, s: HFAssistedDecoder(
@@ -88,6 +91,8 @@ TREE_DECODERS = {
     "opt_tree/reduced-vocab": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
                                                                        draft_vocab_size=4, eos_token_ids=EOS,
                                                                        sampling=s)),
+    "opt_tree/draft-window": ("close", lambda t, d, s: OptTreeDecoder(t, d, num_nodes=4, threshold=0.0, max_depth=3,
+                                                                      draft_window=2, eos_token_ids=EOS, sampling=s)),
     "fixed_tree": ("close", lambda t, d, s: FixedTreeDecoder(t, d, paths=[[0], [1], [0, 0], [0, 1], [1, 0]],
                                                              eos_token_ids=EOS, sampling=s)),
 }

@@ -40,7 +40,8 @@ class TreeDrafter:
     Attributes:
         draftable: False once the sample holds an id the draft cannot embed (then the proposer drafts nothing).
         ctx_len: the draft cache's length before this step's tree nodes (the step's context, less ``offset``).
-        offset: context tokens the draft window leaves out of the draft cache (0: it reads the whole prompt).
+        offset: context tokens the draft window leaves out of the draft cache (0: it reads the whole prompt, or
+            the draft has not read the prompt yet).
         fed: node key -> its position among the nodes fed to the draft this step.
     """
 
@@ -54,15 +55,13 @@ class TreeDrafter:
         self.draftable = True
         self.ctx_len = 0
         self.offset = 0
-        self._sinks: list[int] = []  # the window's first tokens, fed with the first layer
+        self._window_offset = 0  # the draft window's offset, in force from the draft's prefill on
         self.fed: dict[int, int] = {}
         self._lines: list[list[int]] = []  # each fed node's ancestor-or-self positions among the fed, root first
 
     def start(self, prompt: list[int]) -> None:
-        self.draftable = self.decoder.vocab.can_embed(prompt)
-        view, self.offset = draft_view(prompt, self.decoder.draft_window)
-        self._sinks = view[:SINK_TOKENS] if self.offset else []
-        self.cached = self.offset + len(self._sinks)  # the context's next token to feed
+        view, self._window_offset = draft_view(prompt, self.decoder.draft_window)
+        self.draftable = self.decoder.vocab.can_embed(view)  # what the draft reads (as the speculative chain)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The draft's distributions, ``torch.FloatTensor`` of shape ``(m, columns)``, from the head's logits
@@ -85,9 +84,12 @@ class TreeDrafter:
             ``(probs, fed)``: the draft's distribution after the pending token, ``torch.FloatTensor`` of shape
             ``(1, columns)`` (:meth:`probs`), and the number of tokens fed.
         """
-        feed = [*self._sinks, *context[self.cached:]]
+        if self.cached == 0 and self._window_offset:  # the draft's prefill, through the window
+            self.offset = self._window_offset
+            feed = [*context[:SINK_TOKENS], *context[self.offset + SINK_TOKENS:]]
+        else:
+            feed = context[self.cached:]
         logits = self.head.logits(torch.tensor([feed], device=self.device), self.cache, keep=1)
-        self._sinks = []
         self.cached = len(context)
         self.ctx_len = self.cached - self.offset
         self.fed, self._lines = {}, []

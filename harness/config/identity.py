@@ -20,7 +20,8 @@ IGNORED_CONFIG_KEYS = ("runner.resume", "runner.shard", "output_dir")
 ENVIRONMENT_PREFIXES = ("code.", "packages.", "machine.", "data.")
 #: Config keys that name a file or folder: the identity holds them as :func:`resolve_path` makes them, so two
 #: spellings of one path (``../shared/data``, ``/work/shared/data/``, ``~/data``) are one setting.
-PATH_KEYS = ("data_dir", "task.data_dir", "task.data_path", "model.target.path", "model.draft.path")
+PATH_KEYS = ("data_dir", "task.data_dir", "task.data_path", "task.exemplars_path", "model.target.path",
+             "model.draft.path")
 
 
 def resolve_path(value: Any) -> Any:
