@@ -39,6 +39,9 @@ _TREE_DEPTH = Statistic("tree_depth_per_step", "float", "count", "OPT-Tree, fixe
 _TREE_NODES = Statistic("tree_nodes_per_step", "float", "count", "OPT-Tree, fixed trees: mean nodes of the verified "
                         "tree")
 
+_WINDOW_CUT = Statistic("draft_window_cut", "int", "count", "speculative, OPT-Tree, fixed trees: prompt tokens the "
+                        "draft did not read (its draft_window; 0: it read the whole prompt)")
+
 #: Decoder class name -> the statistics its rows carry (a column shared by two decoders is declared once and
 #: listed under both).
 DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
@@ -52,9 +55,11 @@ DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
         Statistic("lookup_hit_rate", "float", "share", "prompt lookup: share of steps that found a match in the "
                   "context"),
     ),
+    "SpeculativeDecoder": (_WINDOW_CUT,),
     "OptTreeDecoder": (
         _TREE_DEPTH,
         _TREE_NODES,
+        _WINDOW_CUT,
         Statistic("cost_points", "str", "", "OPT-Tree cost-aware: the measured forward costs, k:target_ms/draft_ms",
                   when=("cost_aware",)),
         Statistic("copy_step_rate", "float", "share", "OPT-Tree hybrid: share of steps that used a context copy",
@@ -74,6 +79,7 @@ DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
         Statistic("tree_levels", "str", "", "fixed trees: the shape's nodes per depth, e.g. 4+8+8+3+2"),
         _TREE_DEPTH,
         _TREE_NODES,
+        _WINDOW_CUT,
     ),
     "OuroborosDecoder": (
         Statistic("draft_forwards_per_target_forward", "float", "count", "Ouroboros: draft forwards per decode "

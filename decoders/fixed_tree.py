@@ -188,6 +188,7 @@ class _FixedTreeGrower:
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
         n, shape = len(steps), self.decoder.shape
         out = {"draft_vocab_size": self.decoder.draft_vocab_size} if self.decoder.draft_vocab_size else {}
+        out["draft_window_cut"] = self.draft.window_offset
         return {**out, "tree_levels": "+".join(map(str, shape.levels)),
                 "tree_depth_per_step": stats.get("tree_depth", 0) / n if n else 0.0,
                 "tree_nodes_per_step": stats.get("tree_nodes", 0) / n if n else 0.0}

@@ -440,6 +440,7 @@ class _TreeGrower:
             out["cost_points"] = d.cost.describe() if d.cost else ""
         if d.draft_vocab_size:
             out["draft_vocab_size"] = d.draft_vocab_size
+        out["draft_window_cut"] = self.draft.window_offset
         if d.guess_tokens:
             out.update(guess_tokens=d.guess_tokens,
                        **{f"{key}_per_step": stats.get(key, 0) / n if n else 0.0

@@ -141,7 +141,7 @@ class _DraftChain:
             self.feed = self.feed + [context[-2]]
 
     def extra(self, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
-        return {}
+        return {"draft_window_cut": self.offset}
 
 
 class _BatchDraftChain:
@@ -206,4 +206,4 @@ class _BatchDraftChain:
                 self.feed[r] = self.feed[r] + [context[-2]]
 
     def extra(self, row: int, steps: Sequence[StepRecord], stats: dict[str, float]) -> dict[str, Any]:
-        return {}
+        return {"draft_window_cut": self.offset[row]}

@@ -58,7 +58,9 @@ def test_a_windowed_draft_still_gives_vanillas_tokens_and_prefills_less(name, ta
         for ids in long_ids:
             expected = vanilla.generate(ids, MAX_NEW).token_ids
             fed.clear()
-            assert whole.generate(ids, MAX_NEW).token_ids == expected, (name, ids.tolist())
+            first = whole.generate(ids, MAX_NEW)
+            assert first.token_ids == expected, (name, ids.tolist())
+            whole_extra = first.extra
             prefill_whole = fed[0]
             fed.clear()
             result = windowed.generate(ids, MAX_NEW)
@@ -66,6 +68,8 @@ def test_a_windowed_draft_still_gives_vanillas_tokens_and_prefills_less(name, ta
             offset = draft_view(ids[0].tolist(), WINDOW)[1]
             # the draft's prefill (its first forward: the prompt and the pending token) through the window
             assert offset > 0 and prefill_whole == ids.shape[1] + 1 and fed[0] == WINDOW + SINK_TOKENS + 1, name
+            # the rows say what the window cut (0 without one)
+            assert result.extra["draft_window_cut"] == offset and whole_extra["draft_window_cut"] == 0, name
             drafted += result.num_drafted
     finally:
         hook.remove()
@@ -77,6 +81,8 @@ def test_a_windowed_batch_gives_each_rows_tokens(target, noisy_draft, eos_ids, l
     vanilla = VanillaDecoder(target, eos_token_ids=eos_ids)
     results = decoder.generate_batch(long_ids[:5], MAX_NEW)
     assert [r.token_ids for r in results] == [vanilla.generate(ids, MAX_NEW).token_ids for ids in long_ids[:5]]
+    assert [r.extra["draft_window_cut"] for r in results] == [draft_view(ids[0].tolist(), WINDOW)[1]
+                                                             for ids in long_ids[:5]]
     assert sum(r.num_drafted for r in results) > 0
 
 

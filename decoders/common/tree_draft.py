@@ -42,6 +42,8 @@ class TreeDrafter:
         ctx_len: the draft cache's length before this step's tree nodes (the step's context, less ``offset``).
         offset: context tokens the draft window leaves out of the draft cache (0: it reads the whole prompt, or
             the draft has not read the prompt yet).
+        window_offset: the prompt tokens the draft window leaves out (``offset`` once the draft has read the
+            prompt).
         fed: node key -> its position among the nodes fed to the draft this step.
     """
 
@@ -55,12 +57,12 @@ class TreeDrafter:
         self.draftable = True
         self.ctx_len = 0
         self.offset = 0
-        self._window_offset = 0  # the draft window's offset, in force from the draft's prefill on
+        self.window_offset = 0
         self.fed: dict[int, int] = {}
         self._lines: list[list[int]] = []  # each fed node's ancestor-or-self positions among the fed, root first
 
     def start(self, prompt: list[int]) -> None:
-        view, self._window_offset = draft_view(prompt, self.decoder.draft_window)
+        view, self.window_offset = draft_view(prompt, self.decoder.draft_window)
         self.draftable = self.decoder.vocab.can_embed(view)  # what the draft reads (as the speculative chain)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
@@ -84,8 +86,8 @@ class TreeDrafter:
             ``(probs, fed)``: the draft's distribution after the pending token, ``torch.FloatTensor`` of shape
             ``(1, columns)`` (:meth:`probs`), and the number of tokens fed.
         """
-        if self.cached == 0 and self._window_offset:  # the draft's prefill, through the window
-            self.offset = self._window_offset
+        if self.cached == 0 and self.window_offset:  # the draft's prefill, through the window
+            self.offset = self.window_offset
             feed = [*context[:SINK_TOKENS], *context[self.offset + SINK_TOKENS:]]
         else:
             feed = context[self.cached:]

@@ -56,7 +56,8 @@ def config_identity(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fmt(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    """A setting as the command line spells it (``null``, not Python's ``None``)."""
+    return json.dumps(value) if isinstance(value, (list, dict)) or value is None else str(value)
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
