@@ -291,3 +291,24 @@ def test_the_jobs_differences_lead_with_another_decoder_list():
     assert "decoder.speculative.gamma: 4 -> <absent>" in diff and "code.git_commit: a -> b" in diff
     assert differences(old, old) == []
     assert differences(old, {**old, "code.git_commit": "b"}) == ["code.git_commit: a -> b"]
+
+
+def test_a_sweep_jobs_refusal_names_the_sweep_folder(tmp_path):
+    """A job of a sweep holding rows of other settings is refused by the job (the precheck checks single runs),
+    and its way on names hydra.sweep.dir: a sweep ignores hydra.run.dir."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    args = ["-m", "model=tiny-random", "task.limit=1", "runner.max_new_tokens=4", "runner.warmup=0",
+            "runner.score=false", "decoder=[vanilla,speculative]", f"hydra.sweep.dir={tmp_path / 's'}"]
+
+    def sweep(gamma: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(root / "run.py"), *args, f"decoder.speculative.gamma={gamma}"],
+                              cwd=root, capture_output=True, text=True, timeout=300)
+
+    assert sweep("2").returncode == 0
+    proc = sweep("3")
+    # Before: "write to a new folder (hydra.run.dir=<new folder>)", which a sweep ignores
+    assert proc.returncode == 2 and "decoder.speculative.gamma: 2 -> 3" in proc.stderr, proc.stderr[-2000:]
+    assert "(hydra.sweep.dir=<new folder>)" in proc.stderr and "hydra.run.dir" not in proc.stderr

@@ -188,6 +188,14 @@ def _supersede_record(run_dir: Path, dest: Path, before: rundir.Snapshot | None)
                     f.truncate()
 
 
+def _in_sweep() -> bool:
+    """Whether Hydra runs this job as one job of a sweep (``-m``, or an experiment that sets multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def _job_log() -> str | None:
     """The file name of the job's log (``<hydra.job.name>.log``) when Hydra runs this job."""
     from hydra.core.hydra_config import HydraConfig
@@ -229,7 +237,8 @@ def _mismatch_message(run_dir: Path, rows: pd.DataFrame, identity: Mapping[str, 
             lines.append(f"Its rows have run identity {ids}; this command's is {run_identity}"
                          f"{f' (shard {shard})' if shard else ''}. Its meta.json does not describe them, so the "
                          "differing settings cannot be named.")
-    lines.append(f"Choose one: write to a new folder (hydra.run.dir=<new folder>), or pass runner.resume=false to "
+    folder = "hydra.sweep.dir" if _in_sweep() else "hydra.run.dir"  # a sweep's jobs write under its own folder
+    lines.append(f"Choose one: write to a new folder ({folder}=<new folder>), or pass runner.resume=false to "
                  f"start this folder over (its current files move to {run_dir / SUPERSEDED_DIR}/<time>/; nothing "
                  "is deleted).")
     return "\n".join(lines)
