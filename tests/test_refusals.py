@@ -166,3 +166,21 @@ def test_two_spellings_of_one_data_folder_are_one_setting(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=rf"\(data_dir: {re.escape(str(data.resolve()))} -> "
                                           rf"{re.escape(str(other.resolve()))};"):
         precheck([*args, "data_dir=../other/", f"hydra.run.dir={tmp_path / 'run'}"])
+
+
+def test_resuming_a_sweep_whose_job_folder_holds_other_settings_is_one_line_before_torch(tmp_path):
+    from harness.config.precheck import precheck
+
+    # Before: job 0 resumed and ran (models loaded), then job 1 refused its folder in 4 lines naming hydra.run.dir
+    sweep = ["-m", "model=tiny-random", "task.limit=1", "decoder=[vanilla,speculative]",
+             f"hydra.sweep.dir={tmp_path / 's'}"]
+    _resumable_folder(tmp_path / "s" / "0", ["model=tiny-random", "task.limit=1", "decoder=[vanilla,speculative]",
+                                            "decoder.speculative.gamma=4"])
+    _resumable_folder(tmp_path / "s" / "1", ["model=tiny-random", "task.limit=1", "decoder=[vanilla,speculative]",
+                                            "decoder.speculative.gamma=6"])
+    assert precheck([*sweep, "decoder.speculative.gamma=4,6"])  # the same sweep resumes past the precheck
+    proc = run_without_torch(tmp_path, [*sweep, "decoder.speculative.gamma=4,8"])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, lines)
+    assert f"{tmp_path / 's' / '1'} holds rows measured with other settings (decoder.speculative.gamma: 6 -> 8;" \
+        in lines[0] and "(hydra.sweep.dir=<new folder>)" in lines[0]

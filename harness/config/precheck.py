@@ -273,7 +273,44 @@ def precheck(argv: Sequence[str]) -> Folder | None:
         sweep_dir = Path(str(base.hydra.sweep.dir))
     except Exception:  # an interpolation only Hydra's runtime resolves
         return None
+    if str(base.hydra.sweeper.get("_target_", "")).endswith(".BasicSweeper"):
+        check_sweep_resume(sweep_dir, list(args.overrides), {str(k): str(v) for k, v in params.items()})
     return Folder(sweep_dir, multirun=True, configs=tuple(configs), njobs=njobs)
+
+
+def check_sweep_resume(sweep_dir: Path, overrides: list[str], sweeper_params: dict[str, str]) -> None:
+    """:func:`check_resume` for each job of a sweep whose folder holds rows, before any job runs (each job would
+    refuse its own folder, but only after the jobs before it ran and its models loaded). The jobs are Hydra's
+    basic sweeper's own enumeration (``BasicSweeper.split_arguments``: job ``n`` is the ``n``-th combination) and
+    each one's folder is ``hydra.sweep.dir/hydra.sweep.subdir`` composed with ``hydra.job.num = n``; at most
+    :data:`MAX_PRECHECK_COMPOSES` jobs are checked, the others check themselves.
+
+    Raises:
+        ConfigError: as :func:`check_resume`, naming the job's folder.
+    """
+    if not sweep_dir.is_dir() or not any(sweep_dir.glob("*/results.jsonl")):
+        return  # a new sweep (the common case): nothing to compose
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict
+
+    given = [f"{k}={v}" for k, v in sweeper_params.items()] + overrides  # the order the sweeper reads them in
+    try:
+        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(given), None)[0]
+    except Exception:  # a sweep the basic sweeper refuses (ranges): Hydra says so
+        return
+    for num, job_overrides in enumerate(jobs[:MAX_PRECHECK_COMPOSES]):
+        cfg = compose(job_overrides, return_hydra_config=True, check=False)
+        with open_dict(cfg):
+            cfg.hydra.job.num = num
+        try:
+            folder = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+        except Exception:  # an interpolation only Hydra's runtime resolves
+            continue
+        if (folder / "results.jsonl").is_file():
+            job = validate(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
+                           choices=dict(cfg.hydra.runtime.choices))
+            check_resume(folder, job, new_folder="hydra.sweep.dir")
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -288,14 +325,15 @@ def check_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"hydra.run.dir={run_dir}: {probe} is a file, not a folder; point hydra.run.dir at a folder")
 
 
-def check_resume(run_dir: Path, job: Any) -> None:
+def check_resume(run_dir: Path, job: Any, new_folder: str = "hydra.run.dir") -> None:
     """Refuse, in one line, to resume a folder whose rows were measured under other settings (its ``meta.json``
     names them): the job would refuse it too (:func:`harness.job.resume.prepare_folder`), but only after loading
     the models. Differences only the job can see (code version, packages, machine, data) are left to it.
 
     Args:
-        run_dir: the single run's folder.
+        run_dir: the single run's folder, or a sweep job's.
         job: the command's validated config (:func:`harness.config.compose.validate`).
+        new_folder: the setting that names another folder (a sweep's jobs write under ``hydra.sweep.dir``).
 
     Raises:
         ConfigError: naming the first differing setting and the two ways on.
@@ -322,7 +360,7 @@ def check_resume(run_dir: Path, job: Any) -> None:
     if diff:
         more = f" and {len(diff) - 1} more" if len(diff) > 1 else ""
         raise ConfigError(f"{run_dir} holds rows measured with other settings ({diff[0]}{more}; folder -> this "
-                          "command), so nothing was run: write to a new folder (hydra.run.dir=<new folder>) or pass "
+                          f"command), so nothing was run: write to a new folder ({new_folder}=<new folder>) or pass "
                           f"runner.resume=false to start it over (its files move to {run_dir / 'superseded'}/<time>/)")
 
 
