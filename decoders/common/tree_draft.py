@@ -40,10 +40,7 @@ class TreeDrafter:
     Attributes:
         draftable: False once the sample holds an id the draft cannot embed (then the proposer drafts nothing).
         ctx_len: the draft cache's length before this step's tree nodes (the step's context, less ``offset``).
-        offset: context tokens the draft window leaves out of the draft cache (0: it reads the whole prompt, or
-            the draft has not read the prompt yet).
-        window_offset: the prompt tokens the draft window leaves out (``offset`` once the draft has read the
-            prompt).
+        window_offset: the prompt tokens the draft window leaves out (0: it reads the whole prompt).
         fed: node key -> its position among the nodes fed to the draft this step.
     """
 
@@ -56,7 +53,6 @@ class TreeDrafter:
         self.dtype = decoder.draft_model.dtype  # once: transformers' ``dtype`` walks the parameters on every read
         self.draftable = True
         self.ctx_len = 0
-        self.offset = 0
         self.window_offset = 0
         self.fed: dict[int, int] = {}
         self._lines: list[list[int]] = []  # each fed node's ancestor-or-self positions among the fed, root first
@@ -64,6 +60,12 @@ class TreeDrafter:
     def start(self, prompt: list[int]) -> None:
         view, self.window_offset = draft_view(prompt, self.decoder.draft_window)
         self.draftable = self.decoder.vocab.can_embed(view)  # what the draft reads (as the speculative chain)
+
+    @property
+    def offset(self) -> int:
+        """Context tokens missing from the draft cache: the window's offset once the draft has read the prompt
+        (``cached > 0``), 0 before (its cache then holds ``context[:0]``)."""
+        return self.window_offset if self.cached else 0
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The draft's distributions, ``torch.FloatTensor`` of shape ``(m, columns)``, from the head's logits
@@ -87,8 +89,7 @@ class TreeDrafter:
             ``(1, columns)`` (:meth:`probs`), and the number of tokens fed.
         """
         if self.cached == 0 and self.window_offset:  # the draft's prefill, through the window
-            self.offset = self.window_offset
-            feed = [*context[:SINK_TOKENS], *context[self.offset + SINK_TOKENS:]]
+            feed = [*context[:SINK_TOKENS], *context[self.window_offset + SINK_TOKENS:]]
         else:
             feed = context[self.cached:]
         logits = self.head.logits(torch.tensor([feed], device=self.device), self.cache, keep=1)

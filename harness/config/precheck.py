@@ -158,6 +158,18 @@ def check_choices(argv: Sequence[str]) -> None:
                               "(docs/experiments.md, \"Tuning protocol\").")
 
 
+def _sweeper_overrides(overrides: list[str], sweeper_params: dict[str, str]) -> list[str]:
+    """A sweep's overrides in the order Hydra's basic sweeper reads them: ``hydra.sweeper.params`` first, then the
+    command line (which wins)."""
+    return [f"{k}={v}" for k, v in sweeper_params.items()] + overrides
+
+
+def _job_config(cfg: Any) -> Any:
+    """The validated job config (:func:`validate`) of a config composed with ``return_hydra_config=True``."""
+    return validate(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
+                    choices=dict(cfg.hydra.runtime.choices))
+
+
 def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[list[str]], int]:
     """Override lists covering every value of every sweep once (not the cross product): the first point takes
     each sweep's first value, each further point changes one sweep to one other value; and the number of jobs
@@ -167,8 +179,7 @@ def _sweep_points(overrides: list[str], sweeper_params: dict[str, str]) -> tuple
     parser = OverridesParser.create()
     fixed: list[str] = []
     sweeps: dict[str, list[str]] = {}
-    given = [f"{k}={v}" for k, v in sweeper_params.items()] + overrides  # the command line wins
-    for ov in parser.parse_overrides(given):
+    for ov in parser.parse_overrides(_sweeper_overrides(overrides, sweeper_params)):
         key = ov.get_key_element()
         if ov.is_sweep_override():
             try:
@@ -256,8 +267,7 @@ def precheck(argv: Sequence[str]) -> Folder | None:
         problems = override_problems(plain, base)
         if problems:
             raise ConfigError("\n".join(problems))
-        job = validate(OmegaConf.masked_copy(base, [k for k in base if k != "hydra"]),
-                       choices=dict(base.hydra.runtime.choices))
+        job = _job_config(base)
         try:  # the folder the single run will use (harness.job.rundir snapshots it before Hydra writes into it)
             run_dir = Path(str(base.hydra.run.dir))
         except Exception:  # an interpolation only Hydra's runtime resolves
@@ -267,14 +277,15 @@ def precheck(argv: Sequence[str]) -> Folder | None:
         return Folder(run_dir, configs=(base,))
     params = base.hydra.sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
-    points, njobs = _sweep_points(list(args.overrides), {str(k): str(v) for k, v in params.items()})
+    params = {str(k): str(v) for k, v in params.items()}
+    points, njobs = _sweep_points(list(args.overrides), params)
     configs = [compose(point) for point in points[:MAX_PRECHECK_COMPOSES]]
     try:
         sweep_dir = Path(str(base.hydra.sweep.dir))
     except Exception:  # an interpolation only Hydra's runtime resolves
         return None
     if str(base.hydra.sweeper.get("_target_", "")).endswith(".BasicSweeper"):
-        check_sweep_resume(sweep_dir, list(args.overrides), {str(k): str(v) for k, v in params.items()})
+        check_sweep_resume(sweep_dir, list(args.overrides), params)
     return Folder(sweep_dir, multirun=True, configs=tuple(configs), njobs=njobs)
 
 
@@ -294,9 +305,9 @@ def check_sweep_resume(sweep_dir: Path, overrides: list[str], sweeper_params: di
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import open_dict
 
-    given = [f"{k}={v}" for k, v in sweeper_params.items()] + overrides  # the order the sweeper reads them in
     try:
-        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(given), None)[0]
+        jobs = BasicSweeper.split_arguments(
+            OverridesParser.create().parse_overrides(_sweeper_overrides(overrides, sweeper_params)), None)[0]
     except Exception:  # a sweep the basic sweeper refuses (ranges): Hydra says so
         return
     for num, job_overrides in enumerate(jobs[:MAX_PRECHECK_COMPOSES]):
@@ -308,9 +319,7 @@ def check_sweep_resume(sweep_dir: Path, overrides: list[str], sweeper_params: di
         except Exception:  # an interpolation only Hydra's runtime resolves
             continue
         if (folder / "results.jsonl").is_file():
-            job = validate(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]),
-                           choices=dict(cfg.hydra.runtime.choices))
-            check_resume(folder, job, new_folder="hydra.sweep.dir")
+            check_resume(folder, _job_config(cfg), new_folder="hydra.sweep.dir")
 
 
 def check_run_dir(run_dir: Path) -> None:
