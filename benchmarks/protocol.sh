@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The tuning protocol in one sitting (docs/experiments.md, "Tuning protocol and the held-out race"), logged: tune_all
-# on the HumanEval dev split, tune.py, a commit of the tuned configs (the races record it), the held-out HumanEval
-# race, then each further race only if it can start before the cut-off, a rule fixed before the start (a protocol
-# sized to fit the session, never trimmed after the fact).
+# on the HumanEval dev split (and tune_all_mbpp on MBPP's with --dev humaneval,mbpp), tune.py (--combine task over
+# both), a commit of the tuned configs (the races record it), the held-out HumanEval race, then each further race
+# only if it can start before the cut-off, a rule fixed before the start (a protocol sized to fit the session,
+# never trimmed after the fact).
 #
-#   bash benchmarks/protocol.sh OUT CUTOFF [RACES] [-- OVERRIDES...]
+#   bash benchmarks/protocol.sh OUT CUTOFF [RACES] [--dev humaneval,mbpp] [-- OVERRIDES...]
 #     OUT      a new folder, e.g. results/reference/heldout_<what>_<dtype>_<cpu>
 #     CUTOFF   HH:MM (UTC): a race after the HumanEval one starts only before it (after midnight if already past)
 #     RACES    further races, in order, from: mbpp gsm8k (default "mbpp")
+#     --dev    the dev tasks tuned on, comma-separated, from: humaneval mbpp (default "humaneval"; both: every grid
+#              point is scored by its mean speedup over the two, and the tuning takes ~2x as long)
 #     OVERRIDES  passed to every run.py call (an untimed smoke run: -- model=tiny-random task.limit=1
 #                runner.max_new_tokens=4)
 #
@@ -15,22 +18,37 @@
 # the machine: the rows record the commit, and tune.py's configs are committed there (merge that commit where the
 # results land). Every Python call runs this checkout's code (PYTHONPATH), not the checkout the venv's editable
 # install points at (from a worktree, tune.py would otherwise write the tuned configs into that other checkout).
-# Writes OUT/protocol.log (UTC time, load average, each step's exit status), OUT/tune_all/,
+# Writes OUT/protocol.log (UTC time, load average, each step's exit status), OUT/tune_all/ (and OUT/tune_all_mbpp/),
 # OUT/tune.txt (tune.py's selection), a log per step and OUT/race_heldout_<task>/. Exit 2: bad arguments, a dirty checkout or an existing OUT (nothing run).
 # PYTHON: the interpreter (default .venv/bin/python); SPECDEC_DATA_DIR as for any run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-usage="usage: bash benchmarks/protocol.sh OUT CUTOFF(HH:MM UTC) [RACES] [-- OVERRIDES...]"
+usage="usage: bash benchmarks/protocol.sh OUT CUTOFF(HH:MM UTC) [RACES] [--dev humaneval,mbpp] [-- OVERRIDES...]"
 [ $# -ge 2 ] || { echo "error: $usage" >&2; exit 2; }
 OUT=$1 CUTOFF=$2
 shift 2
-RACES="mbpp"
-if [ $# -gt 0 ] && [ "$1" != "--" ]; then RACES=$1; shift; fi
+RACES="mbpp" DEV="humaneval"
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case "$1" in
+    --dev) [ $# -ge 2 ] || { echo "error: --dev needs a value, e.g. --dev humaneval,mbpp; $usage" >&2; exit 2; }
+           DEV=$2; shift 2 ;;
+    --dev=*) DEV=${1#--dev=}; shift ;;
+    -*) echo "error: unknown option '$1'; $usage" >&2; exit 2 ;;
+    *) [ -z "${races_given:-}" ] || { echo "error: RACES given twice ('$RACES', '$1'): quote them as one, e.g. \"mbpp gsm8k\"" >&2; exit 2; }
+       RACES=$1 races_given=1; shift ;;
+  esac
+done
 [ $# -gt 0 ] && [ "$1" = "--" ] && shift
 for race in $RACES; do
   case "$race" in mbpp|gsm8k) ;; *) echo "error: unknown race '$race' (mbpp, gsm8k; HumanEval always runs)" >&2; exit 2 ;; esac
 done
+case "$DEV" in  # the dev tasks tuned on: HumanEval always, MBPP's validation split too on request
+  humaneval) TUNE_RUNS=("$OUT/tune_all") COMBINE=() ;;
+  humaneval,mbpp|mbpp,humaneval)
+    DEV=humaneval,mbpp TUNE_RUNS=("$OUT/tune_all" "$OUT/tune_all_mbpp") COMBINE=(--combine task) ;;
+  *) echo "error: --dev '$DEV': choose humaneval or humaneval,mbpp" >&2; exit 2 ;;
+esac
 cut=$(date -u -d "today $CUTOFF" +%s 2>/dev/null) || { echo "error: CUTOFF '$CUTOFF' is not HH:MM; $usage" >&2; exit 2; }
 [ "$cut" -gt "$(date -u +%s)" ] || cut=$((cut + 86400))
 if [ -n "$(git status --porcelain)" ]; then
@@ -54,7 +72,7 @@ log() { echo "$(date -u +%FT%TZ) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) [$(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)/$(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | xargs)]"
 flags=$(grep -o -m1 -w -e avx512_bf16 -e amx_bf16 /proc/cpuinfo | sort -u | xargs)
 log "start commit=$(git rev-parse --short HEAD) cpu=$cpu bf16=${flags:-none} cutoff=$(date -u -d "@$cut" +%FT%TZ)" \
-    "races=humaneval $RACES overrides=$*"
+    "dev=$DEV races=humaneval $RACES overrides=$*"
 worst=0
 step() {  # step NAME COMMAND...: run it, log its exit status
   local name=$1; shift
@@ -65,12 +83,16 @@ step() {  # step NAME COMMAND...: run it, log its exit status
   return "$rc"
 }
 step tune_all "$PYTHON" run.py experiment=tune_all "hydra.sweep.dir=$OUT/tune_all" "$@" || { log end; exit "$worst"; }
-step tune "$PYTHON" benchmarks/tune.py "$OUT/tune_all" --force || { log end; exit "$worst"; }
+if [ "$DEV" = humaneval,mbpp ]; then
+  step tune_all_mbpp "$PYTHON" run.py experiment=tune_all_mbpp "hydra.sweep.dir=$OUT/tune_all_mbpp" "$@" \
+    || { log end; exit "$worst"; }
+fi
+step tune "$PYTHON" benchmarks/tune.py "${TUNE_RUNS[@]}" "${COMBINE[@]}" --force || { log end; exit "$worst"; }
 mv "$OUT/tune.log" "$OUT/tune.txt"
 git add conf/decoder/tuned/*_tuned.yaml
 git diff --cached --quiet || git -c user.name="${GIT_AUTHOR_NAME:-protocol}" \
     -c user.email="${GIT_AUTHOR_EMAIL:-protocol@localhost}" commit -q \
-    -m "Tuned settings from the HumanEval dev split ($cpu): benchmarks/tune.py $OUT/tune_all"
+    -m "Tuned settings from the dev splits of $DEV ($cpu): benchmarks/tune.py ${TUNE_RUNS[*]} ${COMBINE[*]}"
 log "tuned commit=$(git rev-parse --short HEAD)"
 step race_heldout_humaneval "$PYTHON" run.py experiment=race_heldout_humaneval \
     "hydra.sweep.dir=$OUT/race_heldout_humaneval" "$@"

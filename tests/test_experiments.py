@@ -35,8 +35,9 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 HELD_OUT = ["race_heldout_humaneval", "race_heldout_mbpp", "race_heldout_gsm8k", "sampled_heldout_humaneval"]
 TUNE = ["tune_all", "tune_all_mbpp", "tune_speculative", "tune_lookahead", "tune_prompt_lookup",
         "tune_hf_assisted", "tune_ouroboros", "tune_trees"]
-#: Presets measured at tune_all's 128 tokens (tune_trees: the tree points of tune_all, to add to its run).
-TUNE_128 = ("tune_all", "tune_trees")
+#: Presets measured at tune_all's 128 tokens (tune_all_mbpp: the protocol's second dev task; tune_trees: the tree
+#: points of tune_all, to add to its run).
+TUNE_128 = ("tune_all", "tune_all_mbpp", "tune_trees")
 
 @pytest.fixture
 def nothing_may_load(monkeypatch):
@@ -202,6 +203,7 @@ GRID_MORE = {
     "ouroboros_g6": ("ouroboros", {"gamma": 6, **OURO}, 1.9, ()),
     "ouroboros_g6_prompt": ("ouroboros", {"gamma": 6, **{**OURO, "pool_from_prompt": True}}, 2.4, ()),
     "opt_tree_n32": ("opt_tree", {"num_nodes": 32, **TREE}, 2.2, ()),
+    "opt_tree_n32_w128": ("opt_tree", {"num_nodes": 32, **{**TREE, "draft_window": 128}}, 2.4, ()),
     "opt_tree_hybrid_n32": ("opt_tree", {"num_nodes": 32, **{**TREE, "copy_tokens": 20, "draft_on_copy": False}},
                             2.9, ()),
 }
@@ -317,7 +319,8 @@ def test_paper_faithful_ouroboros_excludes_extensions(tmp_path, capsys):
 
 
 def test_tune_opt_tree_families_split_paper_faithful_from_extensions(tmp_path, capsys):
-    """opt_tree takes only paper-faithful points (neither cost-aware nor hybrid); opt_tree_best takes any."""
+    """opt_tree takes only paper-faithful points (neither cost-aware nor hybrid nor a draft window, though the
+    windowed point is faster); opt_tree_best takes any."""
     out = tmp_path / "decoder"
     runs = _tuning_runs(tmp_path, all_families=True)
     status = tune.main([str(r) for r in runs] + ["--conf-dir", str(out), "--combine", "task", "--family", "opt_tree",
@@ -325,5 +328,5 @@ def test_tune_opt_tree_families_split_paper_faithful_from_extensions(tmp_path, c
     assert status == 0, capsys.readouterr().out
     paper = yaml.safe_load((out / "opt_tree_tuned.yaml").read_text())
     best = yaml.safe_load((out / "opt_tree_best_tuned.yaml").read_text())
-    assert paper["num_nodes"] == 32 and paper.get("copy_tokens", 0) == 0
+    assert paper["num_nodes"] == 32 and paper.get("copy_tokens", 0) == 0 and paper.get("draft_window", 0) == 0
     assert best["copy_tokens"] == 20 and best["draft_on_copy"] is False

@@ -3,7 +3,7 @@
 Step 2 of the tuning protocol (docs/experiments.md, "Tuning protocol")::
 
     python run.py experiment=tune_all                 # HumanEval dev problems, every family's grid, one vanilla
-    python run.py experiment=tune_all_mbpp            # the same grid on MBPP's validation split
+    python run.py experiment=tune_all_mbpp            # optional: the same grid on MBPP's validation split
     python benchmarks/tune.py results/tuning/tune_all results/tuning/tune_all_mbpp --combine task [--metric speedup]
     python run.py experiment=race_heldout_humaneval   # the held-out race runs tuned/<family>_tuned by name
 
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--combine", action="append", default=[], type=_combine_arg, metavar="WHAT",
                         help="tune from runs that differ in WHAT (task, dtype or machine; repeatable or comma-"
                              "separated); said in the tuned config's header. Default: such runs are refused "
-                             "(the protocol passes --combine task for its HumanEval and MBPP dev runs)")
+                             "(benchmarks/protocol.sh --dev humaneval,mbpp passes --combine task for its two dev runs)")
     parser.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
     parser.add_argument("--force", action="store_true", help="replace existing *_tuned.yaml files with other contents")
     args = parser.parse_args(argv)

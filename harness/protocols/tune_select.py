@@ -39,9 +39,9 @@ REFERENCE_TARGETS = ("decoders.vanilla.VanillaDecoder", "decoders.hf_assisted.HF
 OUROBOROS_EXTENSIONS = ("pool_from_prompt", "free_draft_min_match", "draft_vocab_size", "stop_confidence",
                         "branch_confidence", "max_branches")
 #: Options of OPT-Tree that are not in the paper (Wang et al. 2024): the cost-aware rule, the hybrid tree, guesses,
-#: the reduced draft vocabulary.
+#: the reduced draft vocabulary, the draft window (the paper's draft reads the whole context).
 OPT_TREE_EXTENSIONS = ("cost_aware", "copy_tokens", "draft_on_copy", "copy_min_match", "guess_tokens",
-                       "draft_vocab_size")
+                       "draft_vocab_size", "draft_window")
 #: Paper-faithful family -> (its schema's defaults, the options that must stay at them).
 PAPER_FAITHFUL = {
     "ouroboros": ({f.name: f.default for f in fields(OuroborosConfig)}, OUROBOROS_EXTENSIONS),

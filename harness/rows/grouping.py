@@ -148,7 +148,7 @@ SHORT_NAMES = {"window_size": "W", "ngram_size": "N", "guess_set_size": "G", "ma
                "pool_from_prompt": "prompt n-grams", "free_draft_min_match": "free drafts from",
                "draft_vocab_size": "draft vocab", "stop_confidence": "stop below", "branch_confidence": "branch below",
                "cost_aware": "cost-aware", "copy_tokens": "copy", "draft_on_copy": "draft on copy",
-               "copy_min_match": "copy match", "guess_tokens": "guess"}
+               "copy_min_match": "copy match", "guess_tokens": "guess", "draft_window": "draft window"}
 #: ... and parameters that are bookkeeping, never shown (OPT-Tree's ``threshold`` and ``max_depth`` are settings, shown
 #: off their defaults: budget-32 trees at depth 10 and at depth 16 must not read alike).
 HIDDEN_PARAMS = ("seed", "pool_scope", "min_ngram_size", "max_branches")
