@@ -282,7 +282,7 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
 
 #: Options of a draft tree that make separate lines in :func:`accept_length_vs_nodes`.
 TREE_OPTIONS = ("threshold", "max_depth", "cost_aware", "copy_tokens", "draft_on_copy", "copy_min_match",
-                "guess_tokens", "draft_vocab_size")
+                "guess_tokens", "draft_vocab_size", "draft_window")
 
 
 def _tree_series(trees: pd.DataFrame, keys: Sequence[str], x: str, min_points: int = 1,

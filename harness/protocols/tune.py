@@ -15,9 +15,10 @@ config (``_target_`` and hyper-parameters) is read from the run folder's ``meta.
 
 Families, by ``_target_``: ``speculative``, ``lookahead``, ``prompt_lookup``, ``hf_assisted``, ``ouroboros``
 (paper-faithful points only: no prompt n-grams, every cheaper-drafting option off), ``ouroboros_best`` (every
-Ouroboros point), ``opt_tree`` (paper-faithful: neither cost-aware nor hybrid) and ``opt_tree_best`` (every
-OPT-Tree point). ``vanilla`` and ``hf_greedy`` are references, never tuned. Warm points (``pool_scope: task``)
-are not eligible: in the held-out race's second repeat a warm pool would see the sample again.
+Ouroboros point), ``opt_tree`` (paper-faithful: every option of
+:data:`~harness.protocols.tune_select.OPT_TREE_EXTENSIONS` off) and ``opt_tree_best`` (every OPT-Tree point).
+``vanilla`` and ``hf_greedy`` are references, never tuned. Warm points (``pool_scope: task``) are not eligible: in
+the held-out race's second repeat a warm pool would see the sample again.
 
 Selection per family, among the points whose output equals vanilla on every dev sample: the highest score, where
 score = the mean over the dev tasks (one run group each) of the point's ``--metric`` (default ``speedup_total``:
