@@ -247,6 +247,28 @@ def test_tune_from_one_run_needs_no_combine_and_records_what_it_was_tuned_on(tmp
     assert tuned_on("# @package decoder.x\ngamma: 4\n") is None     # a config written before the line
 
 
+def test_tune_header_says_only_what_was_combined_and_each_run_once(tmp_path, capsys):
+    # before: `--combine task` on one HumanEval run wrote "Combined on request (--combine task): task (humaneval)"
+    # and "combined": ["task"]; a run named twice was listed twice under "Tuning runs"
+    humaneval, _ = _tuning_runs(tmp_path / "runs")
+    out = tmp_path / "decoder"
+    assert tune.main([str(humaneval), str(humaneval), "--conf-dir", str(out), "--family", "speculative",
+                      "--combine", "task"]) == 0
+    assert "note: --combine task: the runs do not differ in it" in capsys.readouterr().out
+    text = (out / "speculative_tuned.yaml").read_text()
+    assert "Combined on request" not in text and tuned_on(text)["combined"] == []
+    assert f"# Tuning runs: {humaneval}." in text
+
+
+def test_tune_table_says_when_a_task_is_too_small_for_an_interval(tmp_path, capsys):
+    # before: one problem per task printed "humaneval 1.80 [, ]" and a CI width of "inf"
+    runs = _tuning_runs(tmp_path / "runs", humaneval_ids=range(0, 1), mbpp_ids=range(511, 512))
+    assert tune.main([str(r) for r in runs] + ["--conf-dir", str(tmp_path / "d"), "--family", "speculative",
+                                               "--combine", "task", "--dry-run"]) == 0
+    table = capsys.readouterr().out
+    assert "(n too small)" in table and "[, ]" not in table and " inf " not in table
+
+
 def test_tune_rejects_an_unknown_combine_name(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         tune.main([str(tmp_path), "--combine", "model"])

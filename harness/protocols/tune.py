@@ -69,7 +69,7 @@ from typing import Sequence
 
 from harness.config.compose import CONF_DIR, TUNED_GROUP
 from harness.protocols.tune_select import (COMBINABLE, FAMILIES, Refused, check_combination, check_input,
-                                           decoder_nodes, error_counts, select)
+                                           decoder_nodes, differing, error_counts, select)
 from harness.protocols.tune_write import table, tuned_yaml, validate_written
 from harness.rows import metrics
 from harness.rows.results import load_rows
@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace existing *_tuned.yaml files with other contents")
     args = parser.parse_args(argv)
     combine = sorted({c for group in args.combine for c in group}, key=COMBINABLE.index)
+    args.runs = list(dict.fromkeys(args.runs))  # a run named twice is one run (its rows are read once)
     try:
         rows = load_rows(args.runs)
         if rows.empty:
@@ -121,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems += check_combination(rows, combine)
         if problems:
             raise Refused("\n".join(problems))
+        unused = [c for c in combine if c not in differing(rows, combine)]
+        if unused:  # the header says only what was combined
+            print(f"note: --combine {','.join(unused)}: the runs do not differ in it; nothing combined there")
+            combine = [c for c in combine if c not in unused]
         nodes = decoder_nodes(rows)
         agg = metrics.aggregate(rows)
         choices = select(agg, nodes, args.metric, args.family or FAMILIES, args.tie_tolerance, error_counts(rows),

@@ -121,6 +121,12 @@ def check_combination(rows: pd.DataFrame, combine: Sequence[str] = ()) -> list[s
     return problems
 
 
+def differing(rows: pd.DataFrame, combine: Sequence[str]) -> list[str]:
+    """The names of ``combine`` in which the runs really differ (more than one value), in ``COMBINABLE`` order: what
+    a tuned config's header may say was combined."""
+    return [c for c in COMBINABLE if c in combine and len(_spread(rows, COMBINE_CHECKS[c][0])) > 1]
+
+
 def combined_values(rows: pd.DataFrame) -> dict[str, Any]:
     """The ``tuned-on`` record of ``rows``: dtype, device_name, cpu_isa and task, each a string, or a sorted list
     where the rows hold several values."""

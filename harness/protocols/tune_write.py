@@ -27,6 +27,13 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
     return "" if pd.isna(x) else format(float(x), spec)
 
 
+def _with_interval(r: dict, metric: str) -> str:
+    """``1.86 [1.67, 2.03]``, or ``0.61 (n too small)`` where the aggregation gave no interval (fewer than 5
+    samples), as the run summaries say."""
+    low, high = _fmt(r.get(metric + "_low")), _fmt(r.get(metric + "_high"))
+    return f"{_fmt(r.get(metric))} " + (f"[{low}, {high}]" if low or high else "(n too small)")
+
+
 def table(choices: Sequence[Choice], metric: str) -> str:
     """Every point of every family: per-task metric [interval], the score, accept length, equality with vanilla."""
     rows: list[list[str]] = []
@@ -35,17 +42,17 @@ def table(choices: Sequence[Choice], metric: str) -> str:
             rows.append([c.family, "–", "–", "", "", "", "", f"REFUSED: {c.refused}"])
             continue
         for p in sorted(c.points, key=lambda p: (-p.score if math.isfinite(p.score) else math.inf, p.name)):
-            per = "; ".join(f"{t} {_fmt(r.get(metric))} [{_fmt(r.get(metric + '_low'))}, {_fmt(r.get(metric + '_high'))}]"
-                            for t, r in p.per_task.items())
+            per = "; ".join(f"{t} {_with_interval(r, metric)}" for t, r in p.per_task.items())
             tau = "; ".join(_fmt(r.get("accept_length")) for r in p.per_task.values())
             eq = "; ".join(f"{_fmt(r.get('equal_to_vanilla'), '.0%')} ({r.get('dtype')})" for r in p.per_task.values())
-            rows.append([c.family, p.name, per, _fmt(p.score, ".3f"), _fmt(p.width, ".3f"), tau, eq,
+            width = _fmt(p.width, ".3f") if math.isfinite(p.width) else "–"
+            rows.append([c.family, p.name, per, _fmt(p.score, ".3f"), width, tau, eq,
                          "**chosen**" if p is c.chosen else ""])
         if c.refused:
             rows.append([c.family, "", "", "", "", "", "", f"REFUSED: {c.refused}"])
         rows += [[c.family, "", "", "", "", "", "", f"excluded: {e}"] for e in c.excluded]
     header = ["family", "point", f"{metric} per task [95% CI]", "score", "CI width", "accept length",
-              "equal to vanilla", ""]
+              "equal to vanilla", "selection"]
     return md_table(header, [False] * 3 + [True] * 3 + [False] * 2, rows)
 
 
@@ -72,8 +79,7 @@ def tuned_yaml(choice: Choice, metric: str, sources: Sequence[str], rows: pd.Dat
     cpu = one("cpu_model")
     if cpu != "?" and cpu not in machine:
         machine += f" ({cpu})"
-    per = ", ".join(f"{t} {_fmt(r.get(metric))} [{_fmt(r.get(metric + '_low'))}, {_fmt(r.get(metric + '_high'))}]"
-                    for t, r in p.per_task.items())
+    per = ", ".join(f"{t} {_with_interval(r, metric)}" for t, r in p.per_task.items())
     eq = ", ".join(f"{t} {_fmt(r.get('equal_to_vanilla'), '.0%')}" for t, r in p.per_task.items())
     tau = ", ".join(f"{t} {_fmt(r.get('accept_length'))}" for t, r in p.per_task.items())
     others = sorted((q for q in choice.points if q is not p and math.isfinite(q.score)), key=lambda q: -q.score)
