@@ -83,13 +83,11 @@ if [ -e "$OUT" ]; then
 fi
 for t in "${TUNES[@]}"; do  # run.py's own checks of each tuning step, before anything runs (races: after tuning)
   "$PYTHON" -c 'import sys
-from harness.config.errors import ConfigError
-from harness.config.precheck import precheck
+from run import ConfigError, precheck, refuse
 try:
     precheck(sys.argv[1:])
 except ConfigError as e:
-    sys.exit("\n".join(f"error: {line}" for line in str(e).splitlines()))' "experiment=$t" "hydra.sweep.dir=$OUT/$t" "$@" \
-    || exit 2
+    refuse(e)' "experiment=$t" "hydra.sweep.dir=$OUT/$t" "$@" || exit 2
 done
 mkdir -p "$OUT" 2>/dev/null || { echo "error: cannot create $OUT (mkdir -p failed): choose another OUT" >&2; exit 2; }
 LOG=$OUT/protocol.log

@@ -122,10 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems += check_combination(rows, combine)
         if problems:
             raise Refused("\n".join(problems))
-        unused = [c for c in combine if c not in differing(rows, combine)]
-        if unused:  # the header says only what was combined
+        kept = differing(rows, combine)  # the header says only what was combined
+        if kept != combine:
+            unused = [c for c in combine if c not in kept]
             print(f"note: --combine {','.join(unused)}: the runs do not differ in it; nothing combined there")
-            combine = [c for c in combine if c not in unused]
+            combine = kept
         nodes = decoder_nodes(rows)
         agg = metrics.aggregate(rows)
         choices = select(agg, nodes, args.metric, args.family or FAMILIES, args.tie_tolerance, error_counts(rows),
