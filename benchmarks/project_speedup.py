@@ -1,41 +1,17 @@
 """Projected TPOT speedups: a decoder's per-step counters priced on another machine's bare forward costs.
 
-The speed goals are measured on machines a session may not have (a CPU with bf16 units, a GPU). What a drafting
-decoder does per step -- tokens verified, draft forwards, tokens fed to them, tokens accepted -- barely depends on
-the machine or the dtype; what a forward costs does. This prices a decoder's per-step counters on the bare cost
-curves another job measured (``target_cost_curve`` / ``draft_cost_curve`` of its rows, in units of the target's
-one-token forward; docs/measurement.md, "In-situ step costs against the bare cost curve"):
-
-* a decode step costs the target's forward of its tokens fed, plus each draft forward at the draft's curve for
-  that step's mean tokens per draft forward; the curves are read through their running maximum (a 2-token point
-  measured below the 1-token one is noise) and past their last point along its slope;
-* the draft's prompt prefill (the first drafting step's first forward: the draft's view of the prompt and the
-  pending token) costs what the curve job's rows measured per token fed (``draft_prefill_s``; the curves stop at
-  64 tokens);
-* with ``draft_vocab_size`` (a reduced draft head) every draft forward but the prefill (which computes one row of
-  logits) is scaled by ``--reduced-head`` (default 0.78: the 0.5B draft's LM head is 27.5 % of its weight bytes, a
-  32768-id head cuts 22 % of them; in situ on a bf16 Zen 5 a tree's draft forward went from 0.52 to 0.40);
-* vanilla costs one per token, so a sample's projection is ``(new tokens - 1) / its steps' cost``: the speedup of
-  TPOT (time per output token after the first, the draft's prompt prefill included), vanilla's TPOT over the
-  decoder's; the table gives the mean over samples. It is compared with the measured TPOT ratio (the reports'
-  ``decode_speedup`` also leaves the draft's prefill out, their ``speedup`` counts both prefills).
-
-Host work and whatever a decoder adds to its forwards are left out, so this is a screening figure, never a
-measured speedup: it says which grid points are worth a timed run on the machine that counts, not whether a goal
-is met. Checked against measurement (``rows`` mode, each race's rows priced on its own curves,
-``results/reference/heldout_rerun_bf16_zen4``): held-out HumanEval measured 0.92-0.99 of the projection per
-decoder; held-out MBPP 0.98-1.16. A projection inherits its curve's timing noise: on noisy curves (a point more
-than 10 % below an earlier one, which the table notes) committed jobs were measured at 0.8x-2.2x their
-projections (docs/measurement.md, "Projected speedups"). Rows of batched runs are refused.
+The pricing and what it leaves out: :mod:`harness.rows.projection`. A screening figure, never a measured speedup:
+it says which grid points are worth a timed run on the machine that counts, not whether a goal is met; how far
+measurement fell from it: docs/measurement.md, "Projected speedups: screening without the machine that counts".
+Rows of batched runs are refused; the table notes a curve that is not monotone (timing noise).
 
 Two modes::
 
     # a run's rows, priced from their per-row counters (aggregates: a mix of short and long steps is priced at
-    # its mean, which flatters prompt lookup); transformers' assisted generation is not priced (its counters
-    # include its first, pre-TTFT step)
+    # its mean, which flatters prompt lookup); transformers' assisted generation is listed, not priced
     .venv/bin/python benchmarks/project_speedup.py --curves CURVE_ROWS.jsonl rows RUN/results.jsonl
 
-    # decode here (any machine, any dtype) and price every step's counters
+    # decode here (any machine, any dtype) and price every step's counters; --split for a task's dev split
     .venv/bin/python benchmarks/project_speedup.py --curves CURVE_ROWS.jsonl decode --model qwen2.5-coder-1.5b \\
         --dtype float32 --task humaneval --offset 0 --limit 5 --max-new-tokens 128 \\
         opt_tree_cost_hybrid:num_nodes=32 opt_tree_cost_hybrid:num_nodes=32,draft_vocab_size=32768
@@ -49,252 +25,17 @@ it draws about the trees it drew there. Bad input is refused in one line (exit 2
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-#: Default cost of a reduced-head draft forward, as a fraction of the full head's (see the module docstring).
-REDUCED_HEAD = 0.78
-#: Decoder classes whose counters this cannot price (transformers' assisted generation: see the module docstring).
-NOT_PRICED = ("HFAssistedDecoder",)
-
-
-def _not_priced(row: dict[str, Any]) -> bool:
-    """A row of a decoder of :data:`NOT_PRICED` (rows without ``decoder_class``, older ones: by its name)."""
-    cls = row.get("decoder_class")
-    return cls in NOT_PRICED if cls else str(row.get("decoder", "")).startswith("hf_assisted")
-
-
-class Refused(ValueError):
-    """Bad input: one line for the user, exit status 2."""
-
-
-@dataclass(frozen=True)
-class Curves:
-    """Bare forward costs of one job, in units of the target's one-token forward.
-
-    Attributes:
-        target: ``(k, cost)`` points of the target's forward of ``k`` tokens, running maximum applied.
-        draft: the same for the draft model (empty when the job ran no draft).
-        prefill_per_token: the draft's prompt prefill per token fed (median over the job's rows; 0 if none).
-        unit_s: the target's one-token forward, seconds.
-        cost_points: ``(k, target seconds, draft seconds)`` a cost-aware tree of the job measured, or ``()``.
-        source: where they came from (the machine, the file).
-        lifted: the points a later point's running maximum raised by more than 10 % (``"target 32: 1.65 ->
-            2.69"``): a curve timed with noise, which the projection inherits.
-    """
-
-    target: tuple[tuple[float, float], ...]
-    draft: tuple[tuple[float, float], ...]
-    prefill_per_token: float
-    unit_s: float
-    cost_points: tuple[tuple[int, float, float], ...]
-    source: str
-    lifted: tuple[str, ...] = ()
-
-    def target_cost(self, k: float) -> float:
-        """The target's forward of ``k`` tokens, in target one-token forwards."""
-        return _at(self.target, k)
-
-    def draft_cost(self, k: float) -> float:
-        """The draft's forward of ``k`` tokens, in target one-token forwards. Raises :class:`Refused` without a
-        draft curve."""
-        return _at(self.draft, k)
-
-
-def _envelope(points: Iterable[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
-    out, top = [], 0.0
-    for k, v in sorted(points):
-        top = max(top, v)
-        out.append((k, top))
-    return tuple(out)
-
-
-def _at(curve: Sequence[tuple[float, float]], k: float) -> float:
-    """Linear between points; past the last one, along its last segment's slope."""
-    if not curve:
-        raise Refused("the curve job's rows have no draft_cost_curve: take the curves from a job that ran a draft")
-    if len(curve) < 2 or k <= curve[0][0]:
-        return curve[0][1]
-    for (k0, v0), (k1, v1) in zip(curve, curve[1:]):
-        if k <= k1:
-            return v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-    (k0, v0), (k1, v1) = curve[-2], curve[-1]
-    return v1 + (v1 - v0) * (k - k1) / (k1 - k0)
-
-
-def _rows(path: str) -> list[dict[str, Any]]:
-    """The ``ok`` rows of a results.jsonl. Raises :class:`Refused` for a missing or unreadable file."""
-    p = Path(path)
-    if not p.is_file():
-        raise Refused(f"{path}: {'a directory' if p.is_dir() else 'no such file'} (give a run's results.jsonl)")
-    rows = []
-    try:
-        for number, line in enumerate(p.read_text().splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise Refused(f"{path}: line {number} is not JSON ({e.msg})") from None
-    except UnicodeDecodeError:
-        raise Refused(f"{path}: not a text file (give a run's results.jsonl)") from None
-    rows = [r for r in rows if isinstance(r, dict) and r.get("status", "ok") == "ok" and "decoder" in r]
-    if not rows:
-        raise Refused(f"{path}: no result row (objects with a decoder and status ok)")
-    if any(_num(r.get("batch_size")) > 1 for r in rows):
-        raise Refused(f"{path}: rows of a batched run (batch_size > 1): their forwards have another cost curve")
-    return rows
-
-
-def _num(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _params(row: dict[str, Any]) -> dict[str, Any]:
-    try:
-        params = json.loads(row.get("decoder_params") or "{}")
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return params if isinstance(params, dict) else {}
-
-
-def _draft_prompt(prompt_tokens: float, window_cut: float) -> int:
-    """Tokens of the draft's prefill forward: its view of the prompt (less a draft window's cut) and the pending
-    token (Ouroboros' drafter prefills the prompt alone: one token more than it fed, ~0.5 % of its prefill)."""
-    return int(prompt_tokens - window_cut) + 1
-
-
-def load_curves(path: str) -> Curves:
-    """The curves of the first row of ``path`` that has them (every row of a job carries the same ones).
-
-    Raises:
-        Refused: no such file, no row with a ``target_cost_curve``, or that row without ``bare_token_s``.
-    """
-    from harness.rows.cell_figures import cost_curve
-
-    rows = _rows(path)
-    row = next((r for r in rows if cost_curve(r.get("target_cost_curve"))), None)
-    if row is None:
-        raise Refused(f"{path}: no row has a target_cost_curve (rows of a job with a warm-up at batch size 1 have one)")
-    if not _num(row.get("bare_token_s")) > 0 or not math.isfinite(_num(row.get("bare_token_s"))):
-        raise Refused(f"{path}: the row with the curves has no positive bare_token_s (the curves' unit)")
-    for column in ("target_cost_curve", "draft_cost_curve"):
-        if any(not (math.isfinite(v) and v > 0) for _, v in cost_curve(row.get(column))):
-            raise Refused(f"{path}: {column} holds a cost that is not a positive number: {row.get(column)}")
-    per_token = [_num(r["draft_prefill_s"]) / _num(r["bare_token_s"])
-                 / _draft_prompt(_num(r["prompt_tokens"]), _num(r.get("draft_window_cut")))
-                 for r in rows if _num(r.get("draft_prefill_s")) > 0 and _num(r.get("bare_token_s")) > 0
-                 and _num(r.get("prompt_tokens")) > 0]
-    per_token = [v for v in per_token if math.isfinite(v)]
-    points: tuple[tuple[int, float, float], ...] = ()
-    for r in rows:  # "k:target_ms/draft_ms,..." of a cost-aware tree
-        try:
-            points = tuple((int(k), float(t) / 1e3, float(d) / 1e3) for k, td in
-                           (p.split(":") for p in str(r.get("cost_points") or "").split(",") if p)
-                           for t, d in [td.split("/")])
-        except ValueError:
-            points = ()
-        if len(points) >= 2:
-            break
-    raw = {m: cost_curve(row.get(f"{m}_cost_curve")) for m in ("target", "draft")}
-    # a point above a later one by > 10 % (the 1-token point is the unit: points of 2-4 tokens timed below it lift
-    # to it, which only makes short verifies a little dearer)
-    lifted = tuple(f"{m} {k:g}: {v:.2f} -> {top:.2f}" for m, curve in raw.items()
-                   for (k, v), (_, top) in zip(curve[1:], _envelope(curve[1:])) if top > 1.1 * v)
-    return Curves(_envelope(raw["target"]), _envelope(raw["draft"]),
-                  statistics.median(per_token) if per_token else 0.0, _num(row["bare_token_s"]), points,
-                  f"{row.get('device_name', '?')} {row.get('dtype', '?')}, {path}", lifted)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One decode step's counters (a :class:`~decoders.types.StepRecord`'s, or a row's per-step means)."""
-
-    target_tokens_fed: float
-    draft_forwards: float = 0.0
-    draft_tokens_fed: float = 0.0
-
-
-def draft_cost(forwards: float, fed: float, curves: Curves, prefill: int = 0, reduced_head: float = 1.0) -> float:
-    """Projected cost, in target one-token forwards, of ``forwards`` draft forwards feeding ``fed`` tokens: the
-    first of them a prompt prefill of ``prefill`` tokens (0: none; at the full head's cost, one row of logits), the
-    others at their mean tokens each, times ``reduced_head``."""
-    cost = 0.0
-    if prefill:
-        cost, forwards, fed = curves.prefill_per_token * prefill, forwards - 1, fed - prefill
-    if forwards > 0:
-        cost += forwards * curves.draft_cost(max(1.0, fed / forwards)) * reduced_head
-    return cost
-
-
-def sample_cost(steps: Sequence[Step], curves: Curves, draft_prompt: int, reduced_head: float = 1.0) -> float:
-    """Projected cost of a sample's decode steps (the target's prefill excluded), in target one-token forwards.
-
-    Args:
-        steps: the decode steps, first to last.
-        curves: the machine's bare costs.
-        draft_prompt: tokens of the draft's prefill forward (:func:`_draft_prompt`); the first step with draft
-            forwards prefills them in its first forward when it fed that many.
-        reduced_head: factor on every draft forward but the prefill (a reduced draft head), 1.0 for the full head.
-    """
-    total, prefilled = 0.0, False
-    for s in steps:
-        total += curves.target_cost(s.target_tokens_fed)
-        if s.draft_forwards:
-            prefill = draft_prompt if not prefilled and draft_prompt and s.draft_tokens_fed >= draft_prompt else 0
-            prefilled = True
-            total += draft_cost(s.draft_forwards, s.draft_tokens_fed, curves, prefill, reduced_head)
-    return total
-
-
-def project_rows(rows: Sequence[dict[str, Any]], curves: Curves, reduced_head: float) -> list[dict[str, Any]]:
-    """Per decoder of a run (decoders of :data:`NOT_PRICED` left out): ``samples``, ``steps`` (decode steps),
-    ``tokens_per_step``, ``draft_forwards_per_step``, ``projected`` (the mean projected TPOT speedup from each row's
-    per-step means, its draft prefill taken out first) and ``measured`` (the mean of vanilla's TPOT over the
-    decoder's, vanilla's row of the same sample, turn and repeat; ``None`` unless every row has one)."""
-    key = lambda r: (r.get("sample_id"), r.get("turn"), r.get("repeat"))  # noqa: E731
-    vanilla = {key(r): r for r in rows if r.get("decoder") == "vanilla"}
-    out = []
-    for name in dict.fromkeys(r["decoder"] for r in rows):
-        if any(_not_priced(r) for r in rows if r["decoder"] == name):
-            out.append({"decoder": name, "not_priced": "transformers' assisted generation: its counters include its "
-                                                      "first, pre-TTFT step"})
-            continue
-        measured, projected, tokens, steps, forwards_all = [], [], 0, 0, 0.0
-        for r in (r for r in rows if r["decoder"] == name):
-            n, k = int(_num(r.get("new_tokens"))) - 1, int(_num(r.get("num_steps"))) - 1
-            if n < 1 or k < 1:
-                continue
-            forwards, fed = _num(r.get("draft_forwards_per_step")) * k, _num(r.get("draft_tokens_fed"))
-            prompt = _draft_prompt(_num(r.get("prompt_tokens")), _num(r.get("draft_window_cut")))
-            head = reduced_head if _num(_params(r).get("draft_vocab_size")) else 1.0
-            cost = k * curves.target_cost(_num(r.get("target_tokens_fed_per_step")))
-            if forwards:
-                cost += draft_cost(forwards, fed, curves, prompt if fed >= prompt else 0, head)
-            projected.append(n / cost)
-            v = vanilla.get(key(r))
-            if v and _num(r.get("tpot_s")) and _num(v.get("tpot_s")):
-                measured.append(_num(v["tpot_s"]) / _num(r["tpot_s"]))
-            tokens, steps, forwards_all = tokens + n, steps + k, forwards_all + forwards
-        if projected:
-            out.append({"decoder": name, "samples": len(projected), "steps": steps, "tokens_per_step": tokens / steps,
-                        "draft_forwards_per_step": forwards_all / steps, "projected": statistics.mean(projected),
-                        "measured": statistics.mean(measured) if len(measured) == len(projected) else None})
-        else:
-            out.append({"decoder": name, "not_priced": "no row with a decode step (new_tokens, num_steps)"})
-    if not any("projected" in r for r in out):
-        raise Refused("no row could be priced (rows need new_tokens, num_steps and the step counters)")
-    return out
+from harness.rows.cell_figures import draft_prefill_tokens  # noqa: E402
+from harness.rows.projection import (NOT_PRICED, NOT_PRICED_WHY, REDUCED_HEAD, Curves, Refused, Step,  # noqa: E402
+                                     load_curves, project_rows, read_rows, sample_cost)
 
 
 def parse_decoder(spec: str) -> tuple[str, dict[str, Any]]:
@@ -351,8 +92,7 @@ def check_decode_args(args: argparse.Namespace, curves: Curves) -> list[tuple[st
         except ConfigError as e:
             raise Refused(f"decoder {spec!r}: {e}") from None
         if cfg.decoder[key].get("_target_", "").rsplit(".", 1)[-1] in NOT_PRICED:
-            raise Refused(f"decoder {spec!r}: transformers' assisted generation is not priced (its counters include "
-                          "its first, pre-TTFT step)")
+            raise Refused(f"decoder {spec!r}: {NOT_PRICED_WHY}")
         if cfg.decoder[key].get("uses_draft"):
             if not model.get("draft"):
                 raise Refused(f"decoder {spec!r} runs a draft model and model {args.model} has none")
@@ -361,8 +101,11 @@ def check_decode_args(args: argparse.Namespace, curves: Curves) -> list[tuple[st
                               "take the curves from a job that ran a draft")
         decoders.append((spec, name, params))
     try:
-        cfg = compose_config([f"task={args.task}", f"task.offset={args.offset}", f"task.limit={args.limit}",
-                              *([f"data_dir={args.data_dir}"] if args.data_dir else [])])
+        base = [f"task={args.task}", f"task.offset={args.offset}", f"task.limit={args.limit}",
+                *([f"data_dir={args.data_dir}"] if args.data_dir else [])]
+        if args.split and "split" not in compose_config(base).task:
+            raise Refused(f"--split {args.split}: task {args.task} has no splits (leave --split out)")
+        cfg = compose_config([*base, *([f"task.split={args.split}"] if args.split else [])])
         args.task_obj = build_task_or_refuse(cfg.task)
     except (ConfigError, ValueError) as e:
         raise Refused(str(e)) from None
@@ -426,7 +169,7 @@ def project_decode(args: argparse.Namespace, curves: Curves, decoders: list[tupl
             if not decode:
                 continue
             n = len(res.token_ids) - 1
-            draft_prompt = _draft_prompt(len(ids), _num(res.extra.get("draft_window_cut")))
+            draft_prompt = draft_prefill_tokens(len(ids), int(res.extra.get("draft_window_cut") or 0))
             projected.append(n / sample_cost(decode, curves, draft_prompt, head))
             tokens, steps = tokens + n, steps + len(decode)
             forwards += sum(s.draft_forwards for s in decode)
@@ -452,7 +195,7 @@ def table(results: Sequence[dict[str, Any]], curves: Curves, what: str) -> str:
                  f"{'projected':>9} {'measured':>8}")
     for r in results:
         if "not_priced" in r:
-            lines.append(f"{r['decoder']:<48} not priced: {r['not_priced']}")
+            lines.append(f"{r['decoder']:<48} {r['not_priced']}")
             continue
         proj = "-" if r["projected"] is None else f"{r['projected']:.2f}"
         meas = "-" if r["measured"] is None else f"{r['measured']:.2f}"
@@ -475,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     dec.add_argument("--model", default="qwen2.5-coder-1.5b")
     dec.add_argument("--dtype", default="float32")
     dec.add_argument("--task", default="humaneval")
+    dec.add_argument("--split", default=None, help="the task's split (default: the task's own, e.g. MBPP's test; "
+                     "screen on a dev split: MBPP's validation)")
     dec.add_argument("--offset", type=int, default=0)
     dec.add_argument("--limit", type=int, default=5)
     dec.add_argument("--max-new-tokens", type=int, default=128)
@@ -483,12 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not 0 < args.reduced_head <= 1:
             raise Refused(f"--reduced-head must be in (0, 1], got {args.reduced_head}")
-        curves = load_curves(args.curves)
+        curves = load_curves(read_rows(args.curves), args.curves)
         if args.mode == "rows":
-            results, what = project_rows(_rows(args.results), curves, args.reduced_head), args.results
+            results, what = project_rows(read_rows(args.results), curves, args.reduced_head), args.results
         else:
             decoders = check_decode_args(args, curves)
-            what = (f"{args.model} {args.dtype} decoding {args.task} problems {args.offset}.."
+            what = (f"{args.model} {args.dtype} decoding {args.task}{f' ({args.split})' if args.split else ''} "
+                    f"problems {args.offset}.."
                     f"{args.offset + args.limit - 1} at {args.max_new_tokens} new tokens here")
             results = project_decode(args, curves, decoders)
     except Refused as e:

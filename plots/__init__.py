@@ -21,12 +21,15 @@ from __future__ import annotations
 import logging
 import math
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
+
+from decoders.settings import OptTreeSettings
 
 from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, PAGE_WIDTH_IN, SMALL, Style,  # noqa: F401
                          bar_rows, caption, family, fmt_tick, group_panels, legend_below, palette, plt, record_caption,
@@ -280,9 +283,9 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
     return fig
 
 
-#: Options of a draft tree that make separate lines in :func:`accept_length_vs_nodes`.
-TREE_OPTIONS = ("threshold", "max_depth", "cost_aware", "copy_tokens", "draft_on_copy", "copy_min_match",
-                "guess_tokens", "draft_vocab_size", "draft_window")
+#: Options of a draft tree that make separate lines in :func:`accept_length_vs_nodes`: every OPT-Tree setting but
+#: the node budget (decoders/settings.py), so a new setting gets its lines without a second list.
+TREE_OPTIONS = tuple(f.name for f in fields(OptTreeSettings) if f.name != "num_nodes")
 
 
 def _tree_series(trees: pd.DataFrame, keys: Sequence[str], x: str, min_points: int = 1,

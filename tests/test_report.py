@@ -148,6 +148,12 @@ def test_in_situ_step_costs_against_the_bare_models_cost_curves():
     assert costs["verify_bare"] == pytest.approx(1.5) and costs["verify_bare_curve"] == pytest.approx(1.05)
     assert costs["draft_bare"] == pytest.approx(0.3125) and costs["draft_bare_curve"] == pytest.approx(0.3)
     assert costs["draft_tokens_per_forward"] == pytest.approx(2.0)
+    # a draft window: a 209-token prompt of which the window cut 200, so the prefill fed the same 10 tokens
+    windowed = cell_figures.step_costs(g.assign(prompt_tokens=209, draft_window_cut=200))
+    assert windowed["draft_tokens_per_forward"] == pytest.approx(2.0)
+    assert windowed["draft_bare_curve"] == pytest.approx(0.3)
+    mixed = cell_figures.step_costs(g.assign(prompt_tokens=[209, 9], draft_window_cut=[200, None]))  # one cut
+    assert mixed["draft_tokens_per_forward"] == pytest.approx(2.0)
     older = cell_figures.step_costs(g.drop(columns=["bare_token_s", "target_cost_curve", "draft_cost_curve"]))
     assert older["verify_cost"] == pytest.approx(1.2)  # rows without the curves keep the vanilla-step units
     assert all(math.isnan(older[k]) for k in ("verify_bare", "verify_bare_curve", "draft_bare", "draft_bare_curve"))

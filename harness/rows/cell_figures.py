@@ -70,6 +70,13 @@ def curve_at(curve: Sequence[tuple[float, float]], k: float) -> float:
     return float(np.interp(k, ks, rs))
 
 
+def draft_prefill_tokens(prompt_tokens: Any, window_cut: Any = 0) -> Any:
+    """Tokens the draft's prompt prefill feeds (its first forward): its view of the prompt, less what a draft window
+    cut (``draft_window_cut``), and the pending token. Floats or pandas Series alike. (Ouroboros' drafter prefills
+    the prompt alone, one token fewer: ~0.5 % of its prefill, not told apart.)"""
+    return prompt_tokens - window_cut + 1
+
+
 def step_costs(g: pd.DataFrame) -> dict[str, float]:
     """In-situ step costs of one cell's paired rows, in two units.
 
@@ -87,7 +94,7 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
     forwards: ``verify_bare`` (the same seconds as ``verify_cost``) against ``verify_bare_curve`` (the target's
     curve at the row's tokens fed per verify, ``target_tokens_fed_per_step``), ``draft_bare`` against
     ``draft_bare_curve`` (the draft's curve at ``draft_tokens_per_forward``: tokens fed per draft forward after the
-    prefill, which is taken to feed the prompt and the first token). The difference is what the decoder's own
+    prefill, which is taken to feed :func:`draft_prefill_tokens`). The difference is what the decoder's own
     work (cache edits, masks, host round trips) adds to its forwards. Rows without the curves (older rows, runs
     without a warm-up) leave these NaN.
 
@@ -128,7 +135,8 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
             out["verify_bare_curve"] = float((at[ok] * steps[ok]).sum() / steps[ok].sum())
     if has_draft and "draft_tokens_fed" in g:
         prompt = num(g["prompt_tokens"]) if "prompt_tokens" in g else pd.Series(0.0, index=g.index)
-        fed = num(g["draft_tokens_fed"]) - (prefill > 0) * (prompt + 1)
+        cut = num(g["draft_window_cut"]).fillna(0.0) if "draft_window_cut" in g else 0.0
+        fed = num(g["draft_tokens_fed"]) - (prefill > 0) * draft_prefill_tokens(prompt, cut)
         ok = fed.notna() & (forwards > 0) & (fed > 0)
         if ok.any():
             per_forward = fed / forwards
