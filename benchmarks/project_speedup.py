@@ -107,8 +107,9 @@ def check_decode_args(args: argparse.Namespace, curves: Curves) -> list[tuple[st
             raise Refused(f"--split {args.split}: task {args.task} has no splits (leave --split out)")
         cfg = compose_config([*base, *([f"task.split={args.split}"] if args.split else [])])
         args.task_obj = build_task_or_refuse(cfg.task)
-    except (ConfigError, ValueError) as e:
-        raise Refused(str(e)) from None
+    except (ConfigError, ValueError) as e:  # named by the options typed, not by the config keys they set
+        raise Refused(str(e).replace("task.split=", "--split ").replace("task.limit=", "--limit ")
+                      .replace("task.offset=", "--offset ").replace(" or null", "")) from None
     return decoders
 
 
@@ -181,11 +182,13 @@ def project_decode(args: argparse.Namespace, curves: Curves, decoders: list[tupl
     return out
 
 
-def table(results: Sequence[dict[str, Any]], curves: Curves, what: str) -> str:
-    """The printed table: what was priced on what, then one line per decoder."""
+def table(results: Sequence[dict[str, Any]], curves: Curves, what: str, notes: Sequence[str] = ()) -> str:
+    """The printed table: what was priced on what, ``notes``, then one line per decoder."""
     lines = [f"PROJECTED TPOT speedups over vanilla ({what}), priced on the bare costs of {curves.source}; host "
-             "work and in-situ overheads left out: a screening figure, not a measurement ('measured': vanilla's "
-             "TPOT / the decoder's in those rows)"]
+             "work and in-situ overheads left out: a screening figure, not a measurement"
+             + ("" if all(r.get("measured") is None for r in results) else
+                " ('measured': vanilla's TPOT / the decoder's in those rows)")]
+    lines += [f"note: {n}" for n in notes]
     if not curves.prefill_per_token and any(r.get("draft_forwards_per_step") for r in results):
         lines.append("note: the curve job's rows measured no draft prefill: draft prefills are priced at 0")
     if curves.lifted:
@@ -228,19 +231,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not 0 < args.reduced_head <= 1:
             raise Refused(f"--reduced-head must be in (0, 1], got {args.reduced_head}")
-        curves = load_curves(read_rows(args.curves), args.curves)
+        curves, notes = load_curves(read_rows(args.curves), args.curves), []
         if args.mode == "rows":
-            results, what = project_rows(read_rows(args.results), curves, args.reduced_head), args.results
+            rows = read_rows(args.results, notes)
+            if not any(r["decoder"] == "vanilla" for r in rows):
+                notes.append(f"{args.results}: no ok vanilla row, so nothing measured to set beside the projections")
+            results, what = project_rows(rows, curves, args.reduced_head), args.results
         else:
             decoders = check_decode_args(args, curves)
-            what = (f"{args.model} {args.dtype} decoding {args.task}{f' ({args.split})' if args.split else ''} "
-                    f"problems {args.offset}.."
-                    f"{args.offset + args.limit - 1} at {args.max_new_tokens} new tokens here")
+            ids = [s.sample_id for s in args.task_obj.samples()]
+            split = getattr(args.task_obj, "split", None)
+            span = ids[0] if len(ids) == 1 else f"{ids[0]} .. {ids[-1]}"
+            what = (f"{args.model} {args.dtype} decoding {args.task}{f' ({split} split)' if split else ''}, "
+                    f"{len(ids)} problem{'s' if len(ids) != 1 else ''} ({span}) at {args.max_new_tokens} new tokens "
+                    "here")
             results = project_decode(args, curves, decoders)
     except Refused as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(table(results, curves, what))
+    print(table(results, curves, what, notes))
     return 0
 
 

@@ -104,6 +104,8 @@ def test_decode_mode_prices_every_step_of_a_real_decode(tmp_path, capsys):
     assert ps.main(["--curves", str(curves), "decode", "--model", "tiny-random", "--limit", "1",
                     "--max-new-tokens", "12", "--data-dir", str(SHARED), "vanilla", "speculative:gamma=3"]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert "decoding humaneval, 1 problem (HumanEval/0) at 12 new tokens here" in out[0]
+    assert "'measured'" not in out[0]  # nothing measured in decode mode
     assert "draft prefills are priced at 0" in out[1]
     lines = {line.split()[0]: line.split() for line in out[3:]}
     assert lines["vanilla"][5] == "1.00"
@@ -150,7 +152,10 @@ def test_a_cost_aware_tree_is_given_the_curve_jobs_costs():
     (["--curves", "C", "rows", "BATCH"], "rows of a batched run"),
     (["--curves", "C", "rows", "BIN"], "line 1: not UTF-8"),
     (["--curves", "BIN", "rows", "C"], "line 1: not UTF-8"),
-    (["--curves", "C", "rows", "EMPTY"], "no result row"),
+    (["--curves", "C", "rows", "EMPTY"], "no result row (an empty file)"),
+    (["--curves", "C", "rows", "ERRORS"], "no row with status ok (1 of other statuses)"),
+    (["--curves", "C", "rows", "TORN"], "resume the run, which cuts a torn line off"),
+    (["--curves", "C", "decode", "--limit", "0", "vanilla"], "--limit 0: must be an integer >= 1"),
     (["--curves", "C", "rows", "NOSTEP"], "no row could be priced"),
     (["--curves", "ZERO", "rows", "C"], "not a positive number"),
     (["--curves", "C", "rows", "BADLINE"], "line 2: not JSON"),
@@ -173,6 +178,8 @@ def test_bad_input_is_refused_in_one_line_before_any_model_loads(tmp_path, capsy
         paths[name].write_text(json.dumps(row) + "\n")
     valid = json.dumps(_row("vanilla", "a"))
     raw = {"BIN": b"\x89PNG\x00\xff\n", "EMPTY": b"", "BADLINE": valid.encode() + b"\n{oops\n",
+           "TORN": valid.encode() + b"\n" + valid.encode()[:40],
+           "ERRORS": json.dumps({"decoder": "vanilla", "sample_id": "a", "status": "error"}).encode() + b"\n",
            "NAN": valid.replace('"bare_token_s": 0.2', '"bare_token_s": NaN').encode()}
     for name, data in raw.items():
         paths[name] = tmp_path / f"{name}.jsonl"
@@ -205,6 +212,10 @@ def test_a_noisy_curve_is_said_and_transformers_assisted_rows_are_listed_unprice
     assert ps.main(["--curves", str(path), "rows", str(path)]) == 0
     out = capsys.readouterr().out
     assert "not monotone" in out and "target 32: 1.70 -> 2.70" in out
+    path.write_text(path.read_text() + json.dumps({"decoder": "speculative", "sample_id": "a", "status": "error"})
+                    + "\n")
+    assert ps.main(["--curves", str(path), "rows", str(path)]) == 0
+    assert "1 row of a status other than ok (errors, skips) left out" in capsys.readouterr().out
     assert "hf_assisted" in out and pj.NOT_PRICED_WHY in out
 
 
@@ -219,7 +230,7 @@ def test_a_refusal_is_one_line_on_stderr_outside_pytest_too(tmp_path):
                            "rows", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [f"error: {path}: 1 line unreadable (line 2: not JSON): the tool "
-                                                "prices whole files only (a torn last line: resume the run)"]
+                                                "prices whole files only (restore or re-run the file)"]
 
 
 @pytest.mark.skipif(not (SHARED / "mbpp").is_dir(), reason="no MBPP data")

@@ -66,9 +66,10 @@ def _num(v: Any) -> float:
     return v if math.isfinite(v) else 0.0
 
 
-def read_rows(path: str) -> list[dict[str, Any]]:
+def read_rows(path: str, notes: list[str] | None = None) -> list[dict[str, Any]]:
     """The ``ok`` rows of a run's results.jsonl (or of a run folder holding one), read and checked by
-    :func:`harness.rows.results.read_results`, as dicts without their missing values.
+    :func:`harness.rows.results.read_results`, as dicts without their missing values; how many rows of another
+    status (errors, skips) were left out is appended to ``notes``.
 
     Raises:
         Refused: no such file, a file that cannot be read, a line ``read_results`` would leave out (not UTF-8, not
@@ -79,7 +80,10 @@ def read_rows(path: str) -> list[dict[str, Any]]:
     if p.is_dir():
         p = p / "results.jsonl"
     if not p.is_file():
-        raise Refused(f"{p}: no such file (give a run's results.jsonl or its folder)")
+        runs = sorted(str(f.parent.name) for f in p.parent.glob("*/results.jsonl")) if p.parent.is_dir() else []
+        raise Refused(f"{p}: no such file (give a run's results.jsonl or its folder"
+                      + (f"; this folder holds runs: {', '.join(runs[:5])}{' ...' if len(runs) > 5 else ''})"
+                         if runs else ")"))
     log = logging.getLogger(read_results.__module__)
     level = log.level
     log.setLevel(logging.ERROR)  # what it would warn of comes back as the refusal, not as a second line
@@ -90,13 +94,20 @@ def read_rows(path: str) -> list[dict[str, Any]]:
     finally:
         log.setLevel(level)
     if frame.attrs["warnings"]:  # priced in part, a file would say less than it seems to: refused whole
-        raise Refused(frame.attrs["warnings"][0].replace(" left out (", " unreadable (", 1)
-                      + ": the tool prices whole files only (a torn last line: resume the run)")
+        warning = frame.attrs["warnings"][0]
+        raise Refused(warning.replace(" left out (", " unreadable (", 1) + ": the tool prices whole files only ("
+                      + ("resume the run, which cuts a torn line off" if "torn" in warning
+                         else "restore or re-run the file") + ")")
     rows = [{k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))}
             for rec in frame.to_dict("records")]
-    rows = [r for r in rows if r.get("status", "ok") == "ok"]
-    if not rows:
-        raise Refused(f"{path}: no result row with status ok")
+    ok = [r for r in rows if r.get("status", "ok") == "ok"]
+    if not ok:
+        raise Refused(f"{path}: " + (f"no row with status ok ({len(rows)} of other statuses)" if rows
+                                     else "no result row (an empty file)"))
+    if len(ok) < len(rows) and notes is not None:
+        n = len(rows) - len(ok)
+        notes.append(f"{path}: {n} row{'s' if n > 1 else ''} of a status other than ok (errors, skips) left out")
+    rows = ok
     if any(_num(r.get("batch_size")) > 1 for r in rows):
         raise Refused(f"{path}: rows of a batched run (batch_size > 1): their forwards have another cost curve")
     return rows
