@@ -229,8 +229,11 @@ def test_run_program_kills_children_on_timeout(tmp_path):
 
 
 def _sleeper(pid_file: Path) -> str:
-    """Python code for a child process that writes its pid to ``pid_file`` and sleeps for a minute."""
-    return f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    """Python code for a child process that writes its pid to ``pid_file`` and sleeps for a minute. The file
+    appears whole (written aside, then renamed): a parent that waits for it to exist and then ends may get the
+    child killed between creating the file and writing it, which left an empty file to read."""
+    return (f"import os, time; p = {str(pid_file)!r}; open(p + '.part', 'w').write(str(os.getpid())); "
+            "os.replace(p + '.part', p); time.sleep(60)")
 
 
 
