@@ -35,7 +35,8 @@ def speedup_vs_batch(agg: pd.DataFrame, subtitle: str = "", style: Style | None 
     """Throughput (left: the batch calls' tokens per second, ``batch_tokens_per_s``; ``tokens_per_s`` at batch size 1)
     and speedup vs vanilla at the same batch size with its interval (right), against the batch size, one line per
     decoder configuration; the crossover of each (:func:`crossover`) as a dotted line on the right panel, named in the
-    caption, which says when the interval there still reaches 1x (the crossover is then not resolved). Skipped unless the rows hold two batch sizes or more.
+    caption, which says when the interval there still reaches 1x (the crossover is then not resolved). Skipped unless
+    the rows hold two batch sizes or more.
 
     Args:
         agg: :func:`harness.rows.metrics.aggregate` over runs at several ``runner.batch_size`` (each its own group):
