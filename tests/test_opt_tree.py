@@ -123,9 +123,15 @@ def test_cost_aware_trees_follow_the_cost_curve(confident, prompt_ids, eos_ids):
 
 
 def test_cost_is_measured_at_construction(target, noisy_draft):
-    decoder = OptTreeDecoder(target, noisy_draft, num_nodes=8, cost_aware=True)
+    calls = []
+    hook = target.register_forward_hook(lambda module, args, out: calls.append(1))
+    try:
+        decoder = OptTreeDecoder(target, noisy_draft, num_nodes=8, cost_aware=True)
+    finally:
+        hook.remove()
     cost = decoder.cost
     assert cost is not None and cost.points[0] == 1 and cost.points[-1] >= 9
+    assert len(calls) == 1 + 4 * len(cost.points)  # one prefill, then a warm-up and 3 timed calls per point
     assert all(x > 0 for x in cost.target_s + cost.draft_s)
     assert cost.target_time(3) == pytest.approx((cost.target_time(2) + cost.target_time(4)) / 2)
     assert len(cost.describe().split(",")) == len(cost.points)

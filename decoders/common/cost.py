@@ -32,34 +32,6 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def time_forward(model: PreTrainedModel, k: int, repeats: int, context: torch.Tensor | None = None) -> float:
-    """Median seconds of one ``k``-token forward (all logits kept) after a cached context, device synchronized;
-    one warm-up call first.
-
-    Args:
-        model: a causal LM.
-        k: tokens fed in the timed forward (>= 1).
-        repeats: timed calls (the median is returned).
-        context: ``(1, n)`` token ids to prefill first (a real prompt); default :data:`CONTEXT` synthetic ids.
-    """
-    device = model.get_input_embeddings().weight.device
-    if context is None:
-        context = (torch.arange(CONTEXT, device=device).remainder(1000) + 10).unsqueeze(0)
-    ids = torch.cat([context, context[:, -1:].repeat(1, k)], dim=1)
-    n = context.shape[1]
-    times = []
-    for _ in range(repeats + 1):  # the first is a warm-up
-        cache = new_cache(model)
-        forward(model, ids[:, :n], cache, logits_to_keep=1)
-        _sync(device)
-        start = time.perf_counter()
-        forward(model, ids[:, n:], cache)
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times[1:])[len(times[1:]) // 2]
-
-
-@torch.inference_mode()
 def batch_cost_curve(model: PreTrainedModel, rows: int, sizes: list[int], repeats: int = 3,
                      context: torch.Tensor | None = None) -> dict[int, float]:
     """``{k: median seconds of one forward of k tokens in each of rows rows}`` after a cached context (the same in
@@ -103,8 +75,9 @@ def curve_text(curve: dict[int, float], unit: float) -> str:
 
 def forward_cost_curve(model: PreTrainedModel, sizes: list[int], repeats: int = 3,
                        context: torch.Tensor | None = None) -> dict[int, float]:
-    """``{k: median seconds of one k-token forward}`` for each ``k`` in ``sizes`` (:func:`time_forward`)."""
-    return {k: time_forward(model, k, repeats, context) for k in sizes}
+    """``{k: median seconds of one k-token forward}`` for each ``k`` in ``sizes``, after a cached ``(1, n)`` context
+    (default :data:`CONTEXT` synthetic ids): :func:`batch_cost_curve` at one row."""
+    return batch_cost_curve(model, 1, sizes, repeats, context)
 
 
 @dataclass(frozen=True)
@@ -125,7 +98,8 @@ class ForwardCost:
     @classmethod
     def measure(cls, target: PreTrainedModel, draft: PreTrainedModel, max_tokens: int, repeats: int = 3
                 ) -> "ForwardCost":
-        """Time both models at :data:`POINTS` up to ``max_tokens`` (at least two points).
+        """Time both models at :data:`POINTS` up to ``max_tokens`` (at least two points), each after one prefill of
+        :data:`CONTEXT` synthetic ids that every timed forward is cropped back to (:func:`forward_cost_curve`).
 
         Raises:
             ValueError: if ``max_tokens < 1``.
@@ -135,8 +109,9 @@ class ForwardCost:
         points = tuple(p for p in POINTS if p <= max(2, max_tokens))
         if points[-1] < max_tokens:
             points += (max_tokens,)
-        return cls(points, tuple(time_forward(target, k, repeats) for k in points),
-                   tuple(time_forward(draft, k, repeats) for k in points))
+        target_s = forward_cost_curve(target, list(points), repeats)
+        draft_s = forward_cost_curve(draft, list(points), repeats)
+        return cls(points, tuple(target_s[k] for k in points), tuple(draft_s[k] for k in points))
 
     @staticmethod
     def _interp(points: tuple[int, ...], values: tuple[float, ...], k: float) -> float:
