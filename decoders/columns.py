@@ -39,8 +39,8 @@ _TREE_DEPTH = Statistic("tree_depth_per_step", "float", "count", "OPT-Tree, fixe
 _TREE_NODES = Statistic("tree_nodes_per_step", "float", "count", "OPT-Tree, fixed trees: mean nodes of the verified "
                         "tree")
 
-_WINDOW_CUT = Statistic("draft_window_cut", "int", "count", "speculative, OPT-Tree, fixed trees: prompt tokens the "
-                        "draft did not read (its draft_window; 0: it read the whole prompt)")
+_WINDOW_CUT = Statistic("draft_window_cut", "int", "count", "speculative, Ouroboros, OPT-Tree, fixed trees: prompt "
+                        "tokens the draft did not read (its draft_window; 0: it read the whole prompt)")
 
 #: Decoder class name -> the statistics its rows carry (a column shared by two decoders is declared once and
 #: listed under both).
@@ -96,6 +96,7 @@ DECODER_STATISTICS: dict[str, tuple[Statistic, ...]] = {
         Statistic("suffix_tokens_fed", "int", "count", "Ouroboros: suffix tokens fed for verification"),
         Statistic("suffix_tokens_accepted", "int", "count", "Ouroboros: suffix tokens accepted"),
         _POOL_ENTRIES,
+        _WINDOW_CUT,
         Statistic("free_steps", "int", "count", "Ouroboros free drafts: steps drafted by copying, no draft forward",
                   when=("free_draft_min_match",)),
         Statistic("free_tokens_drafted", "int", "count", "Ouroboros free drafts: tokens copied",

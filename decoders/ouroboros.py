@@ -71,7 +71,7 @@ from typing import Any, Sequence
 
 import torch
 
-from decoders.common.base import DraftingDecoder
+from decoders.common.base import SINK_TOKENS, DraftingDecoder, draft_view
 from decoders.common.batch import PerRow
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
@@ -249,6 +249,10 @@ class OuroborosDecoder(DraftingDecoder, settings=OuroborosSettings, uses_draft=T
         branch_confidence: in ``[0, 1]``; 0 = off. Trunk tokens whose draft probability is below it get an
             alternative branch: the draft's runner-up token plus the newest pool phrase keyed by it.
         max_branches: ``>= 1``, most alternative branches per step (least confident positions first).
+        draft_window: ``>= 0``; 0 = off. Otherwise the draft reads only the prompt's first 4 and last
+            ``draft_window`` tokens (:func:`~decoders.common.base.draft_view`): a shorter draft prefill on long
+            prompts; its Jacobi window is drawn from that view, the phrase pool still from the whole prompt
+            (``pool_from_prompt``), and the target verifies every token as without it.
         eos_token_ids: ids that end generation.
         sampling: greedy (the default) or the sampling settings of the run, applied to both models (see the
             module docstring for the rules; every option above is lossless under sampling too). When sampling,
@@ -315,6 +319,7 @@ class _PhraseTree:
                                         eos_token_ids=d.eos_token_ids, head=d.draft_head, confidence=d.confidence,
                                         sampling=d.sampling)
         self.draftable = False
+        self.offset = 0  # context tokens the draft does not read (its draft_window; draft_view)
         self.copier: SuffixIndex | None = None  # set by start when free drafts are on
         self.proposal = Proposal([])
         self.labels = ("draft", "suffix", *(("free",) if d.free_draft_min_match else ()),
@@ -322,12 +327,13 @@ class _PhraseTree:
 
     def start(self, prompt: list[int]) -> None:
         """Clear the pool (``pool_scope="sample"``), seed it from the prompt (``pool_from_prompt``), start the
-        drafter."""
+        drafter on the prompt as the draft reads it (``draft_window``)."""
         d = self.decoder
         start_pool(self.pool, prompt, d.pool_scope, d.pool_from_prompt, vocab_limit=d.vocab.embed)
-        self.draftable = d.vocab.can_embed(prompt)
+        view, self.offset = draft_view(prompt, d.draft_window)
+        self.draftable = d.vocab.can_embed(view)  # what the draft reads
         if self.draftable:
-            self.drafter.start(prompt)
+            self.drafter.start(view)
         # free drafts: the context's copy (prompt lookup's match), kept incrementally for this sample
         self.copier = SuffixIndex(max(FREE_DRAFT_MAX_MATCH, d.free_draft_min_match)) if d.free_draft_min_match \
             else None
@@ -351,7 +357,9 @@ class _PhraseTree:
             trunk = truncate_at_stop(copied, eos, budget)
             free = bool(trunk)
         if budget and not free and self.draftable:
-            self.drafter.sync(context)
+            # the context as the draft reads it: entry j >= SINK_TOKENS is context token j + offset
+            seen = context[:SINK_TOKENS] + context[SINK_TOKENS + self.offset:] if self.offset else context
+            self.drafter.sync(seen)
             draft = self.drafter.propose(budget, d.stop_confidence, generator)
             trunk = draft.tokens
         g = len(trunk)
@@ -417,6 +425,7 @@ class _PhraseTree:
             "suffix_tokens_fed": stats.get("suffix_fed", 0),
             "suffix_tokens_accepted": sum(suffix_kept),
             "pool_entries": len(self.pool),
+            "draft_window_cut": self.offset,
         }
         if d.free_draft_min_match:
             free_acc = sum(s.source.get("free", 0) for s in steps)

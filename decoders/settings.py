@@ -36,7 +36,7 @@ class HFGreedySettings:
     """transformers' own ``generate()``: no settings of its own."""
 
 
-# The draft's view of a long prompt, shared by speculative decoding and the draft trees (declared once).
+# The draft's view of a long prompt, shared by speculative decoding, Ouroboros and the draft trees (declared once).
 def _draft_window():
     return setting(0, at_least(0), "the draft reads only the prompt's first 4 and last N tokens: a shorter draft "
                                    "prefill (0: the whole prompt)")
@@ -110,6 +110,7 @@ class OuroborosSettings:
     branch_confidence: float = setting(0.0, between(0.0, 1.0), "branch at trunk tokens below this draft "
                                                                "probability (0: off)")
     max_branches: int = setting(1, at_least(1), "most alternative branches per step")
+    draft_window: int = _draft_window()
 
 
 @dataclass

@@ -11,6 +11,7 @@ from conftest import PROMPTS
 from decoders.common.base import SINK_TOKENS, draft_view
 from decoders.fixed_tree import FixedTreeDecoder
 from decoders.opt_tree import OptTreeDecoder
+from decoders.ouroboros import OuroborosDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
 from tests.decoder_checks import assert_tree_draft_keeps_the_accepted_kv
@@ -29,6 +30,9 @@ DECODERS = {
     # a step with a copy runs no draft forward: the draft cache falls behind the context and catches up later
     "opt_tree_copy_only": lambda t, d, eos, w: OptTreeDecoder(t, d, num_nodes=16, copy_tokens=10, draft_on_copy=False,
                                                               draft_window=w, eos_token_ids=eos),
+    # the draft's lookahead drafting: its Jacobi window and phrase pool beside the windowed cache
+    "ouroboros": lambda t, d, eos, w: OuroborosDecoder(t, d, gamma=4, pool_from_prompt=True, draft_window=w,
+                                                       eos_token_ids=eos),
 }
 
 
@@ -66,8 +70,10 @@ def test_a_windowed_draft_still_gives_vanillas_tokens_and_prefills_less(name, ta
             result = windowed.generate(ids, MAX_NEW)
             assert result.token_ids == expected, (name, ids.tolist())
             offset = draft_view(ids[0].tolist(), WINDOW)[1]
-            # the draft's prefill (its first forward: the prompt and the pending token) through the window
-            assert offset > 0 and prefill_whole == ids.shape[1] + 1 and fed[0] == WINDOW + SINK_TOKENS + 1, name
+            # the draft's prefill (its first forward: the prompt, and the pending token where the decoder feeds it
+            # there) through the window: shorter by the offset
+            assert offset > 0 and prefill_whole in (ids.shape[1], ids.shape[1] + 1), name
+            assert fed[0] == prefill_whole - offset, name
             # the rows say what the window cut (0 without one)
             assert result.extra["draft_window_cut"] == offset and whole_extra["draft_window_cut"] == 0, name
             drafted += result.num_drafted
@@ -144,3 +150,38 @@ def test_a_windowed_batch_chain_holds_each_rows_windowed_context(target, noisy_d
     proposer.accepted = accepted
     decode_batch(target, proposer, long_ids[:5], MAX_NEW, eos_token_ids=eos_ids, sampling=decoder.sampling)
     assert len({offset for offset in proposer.offset}) > 1 and any(r != i for r, i in checked)
+
+
+def test_a_windowed_ouroboros_drafter_holds_the_windowed_context(target, noisy_draft, eos_ids, long_ids):
+    """Each time Ouroboros' drafter adopts the context before drafting, its ``seq`` is the windowed context and its
+    cache's entries are those of a fresh prefill of that prefix."""
+    from decoders.common.driver import decode
+    from decoders.common.forward import forward, new_cache
+
+    decoder = DECODERS["ouroboros"](target, noisy_draft, eos_ids, WINDOW)
+    checked = 0
+    for ids in long_ids[:4]:
+        proposer = decoder.proposer()
+        drafter, sync = proposer.drafter, proposer.drafter.sync
+        context: list[int] = []
+
+        def synced(committed, sync=sync, drafter=drafter, proposer=proposer):
+            nonlocal checked
+            sync(committed)
+            assert proposer.offset > 0 and committed == context[:SINK_TOKENS] + context[proposer.offset + SINK_TOKENS:]
+            assert drafter.stepper.seq == committed
+            held = drafter.cache.get_seq_length()
+            if held:
+                fresh = new_cache(noisy_draft)
+                forward(noisy_draft, torch.tensor([committed[:held]]), fresh)
+                for mine, ref in zip(drafter.cache.layers, fresh.layers):
+                    torch.testing.assert_close(mine.keys[:, :, :held], ref.keys, atol=1e-4, rtol=1e-4)
+                checked += 1
+
+        def propose(ctx, remaining, generator, inner=proposer.propose):
+            context[:] = ctx
+            return inner(ctx, remaining, generator)
+
+        drafter.sync, proposer.propose = synced, propose
+        decode(target, proposer, ids, MAX_NEW, eos_token_ids=eos_ids, sampling=decoder.sampling)
+    assert checked > 10

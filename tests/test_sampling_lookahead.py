@@ -15,8 +15,8 @@ and 5 new tokens samples a 2-token trunk (the drafter's own lookahead step verif
 draft's distribution) followed by 1-token pool suffixes, then the bonus token after a whole accepted tree. The
 prompt is the target's greedy continuation of token 1 and the pool is seeded with its n-grams, so candidates
 (several per node) exist from the first step; each test also checks that candidates were accepted AND rejected
-(the rule was exercised, not bypassed). Ouroboros runs in four configurations: pool suffixes, runner-up branches,
-free (copied) trunks, and every option at once.
+(the rule was exercised, not bypassed). Ouroboros runs in five configurations: pool suffixes, runner-up branches,
+free (copied) trunks, every option at once, and a draft window (the draft reads a cut prompt).
 
 Each test is shown to fail on deliberately wrong variants: the wrong rules of :mod:`sampling_stats` swapped in
 for every sampling verification entry point (:func:`sampling_stats.swap_rule`: the target's verification and
@@ -28,14 +28,14 @@ at temperature 1 or without the warpers; and a drafter whose trunk is not drawn 
 such a variant: it is lossless too (see
 test_sampling_verify.py::test_sampled_trunk_verified_as_deterministic_is_lossless_but_accepts_less).
 
-Measured p-values with these seeds (runs in brackets): correct decoders 0.25 .. 1 (lookahead 1, Ouroboros with
-suffixes 0.74 [1000], with branches 1, with free drafts 0.25, with every option 1). Wrong rules, lookahead /
-Ouroboros: ``accept_argmax`` [200] 1e-70 / 5e-42; ``resample_target`` [200] 2e-15 / 2e-13; ``stale_bonus``
-[200] 0 / 0 (outcomes of probability 0); ``shared_uniform`` [400] 6e-29 / 4e-11 (branches 2e-20, free drafts
-2e-50, every option 5e-60); ``unnormalised_residual`` 3e-14 [400] / 3e-14 [1000] (branches 1e-13 [600], every
-option 5e-10 [600]); Ouroboros' trunk ``draft_temperature`` [800] 4e-11, ``draft_unwarped`` [400] 4e-12; a drafter
-over-accepting its own argmax [400] 1e-14. Over four other seed streams the subtle rules stay below 1e-5: worst
-7e-9 (``shared_uniform``), 1e-6 (``unnormalised_residual``), 1e-8 (``draft_temperature``), 2e-8
+Measured p-values with these seeds (runs in brackets): correct decoders 0.22 .. 1 (lookahead 1, Ouroboros with
+suffixes 0.74 [1000], with branches 1, with free drafts 0.25, with every option 1, with a draft window 0.22 [600]).
+Wrong rules, lookahead / Ouroboros: ``accept_argmax`` [200] 1e-70 / 5e-42; ``resample_target`` [200] 2e-15 / 2e-13;
+``stale_bonus`` [200] 0 / 0 (outcomes of probability 0); ``shared_uniform`` [400] 6e-29 / 4e-11 (branches 2e-20,
+free drafts 2e-50, every option 5e-60); ``unnormalised_residual`` 3e-14 [400] / 3e-14 [1000] (branches 1e-13 [600],
+every option 5e-10 [600]); Ouroboros' trunk ``draft_temperature`` [800] 4e-11, ``draft_unwarped`` [400] 4e-12; a
+drafter over-accepting its own argmax [400] 1e-14. Over four other seed streams the subtle rules stay below 1e-5:
+worst 7e-9 (``shared_uniform``), 1e-6 (``unnormalised_residual``), 1e-8 (``draft_temperature``), 2e-8
 (``draft_unwarped``).
 """
 
@@ -75,6 +75,8 @@ OUROBOROS = {
     # runner-up branches (deterministic siblings tried after the sampled trunk token), all in one run.
     "ouroboros/every-option": (dict(free_draft_min_match=2, draft_vocab_size=6, stop_confidence=0.3,
                                     branch_confidence=0.95, max_branches=2), ("suffix", "free", "branch", "draft")),
+    # the draft reads the 10-token prompt's first 4 and last 2 tokens only (its distributions are another's)
+    "ouroboros/draft-window": (dict(draft_window=2), ("suffix", "draft")),
 }
 
 #: (decoder, wrong rule, runs): every wrong rule that can show in the decoder's verification, with the runs that

@@ -132,8 +132,9 @@ class LookaheadBranches:
         Args:
             input_token: the last known token (the n-grams' key).
             budget: most tokens the step may emit (>= 1); the n-grams are cut to ``budget - 1`` tokens.
-            max_depth: how far past the input token's position a token may sit (:func:`~decoders.common.forward.max_depth_after`); the
-                n-grams are cut to it and the window is left out when it would pass it.
+            max_depth: how far past the input token's position a token may sit
+                (:func:`~decoders.common.forward.max_depth_after`); the n-grams are cut to it and the window is left
+                out when it would pass it.
             advance_window: feed the window (``False`` on a decoder's very last step, where the harvest could
                 never be used).
         """
@@ -359,7 +360,7 @@ class LookaheadStepper:
             accepted = len(path)
             best = (path[-1] - 1) // guess_len if path else 0
             drawn_from = node_probs[[0, *path]]  # the row each emitted token was drawn from
-        elif guesses:  # the greedy rule over parallel n-grams, on plain lists (a handful of ints: cheaper than tensor ops)
+        elif guesses:  # the greedy rule over parallel n-grams, on plain lists (a handful of ints: cheaper than tensors)
             for b, guess in enumerate(guesses):
                 row, n, pred = g_start + b * guess_len, 0, preds[0]
                 while n < guess_len and guess[n] == pred:

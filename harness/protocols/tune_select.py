@@ -35,9 +35,10 @@ FAMILIES = ("speculative", "lookahead", "prompt_lookup", "hf_assisted", "ourobor
 #: Decoders that are references of the race, never tuned.
 REFERENCE_TARGETS = ("decoders.vanilla.VanillaDecoder", "decoders.hf_assisted.HFGreedyDecoder")
 #: Ouroboros options that are not in the paper (Zhao et al. 2024): a point with any of them away from its
-#: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest are cheaper-drafting options).
+#: default is not paper-faithful (pool_from_prompt is LookaheadDecoding's POOL_FROM_PROMPT; the rest are
+#: cheaper-drafting options, the draft window among them: the paper's draft reads the whole context).
 OUROBOROS_EXTENSIONS = ("pool_from_prompt", "free_draft_min_match", "draft_vocab_size", "stop_confidence",
-                        "branch_confidence", "max_branches")
+                        "branch_confidence", "max_branches", "draft_window")
 #: Options of OPT-Tree that are not in the paper (Wang et al. 2024): the cost-aware rule, the hybrid tree, guesses,
 #: the reduced draft vocabulary, the draft window (the paper's draft reads the whole context).
 OPT_TREE_EXTENSIONS = ("cost_aware", "copy_tokens", "draft_on_copy", "copy_min_match", "guess_tokens",
