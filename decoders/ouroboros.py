@@ -32,6 +32,8 @@ cold start. Options for cheaper drafting (each off by default, each changes spee
   below the threshold. ``branch_confidence``: where a trunk token's draft probability is below it, the draft's
   runner-up token, continued by the newest pool phrase keyed by it, joins the tree as an alternative branch
   (at most ``max_branches`` per step).
+* ``draft_window``: the draft reads only the prompt's first 4 and last ``draft_window`` tokens
+  (:func:`~decoders.common.base.draft_view`; docs/decoders.md, "The draft window"): a shorter draft prefill.
 
 Every emitted token is the target's argmax given the accepted prefix, so the output equals vanilla greedy
 decoding (exactly in float32). Stock transformers models of any causal-LM family, no patched code.
