@@ -211,6 +211,7 @@ def accept_length_vs_threshold(agg: pd.DataFrame, subtitle: str = "", style: Sty
     options, :data:`TREE_OPTIONS`) measured at two thresholds or more; run groups by line style. A cost-aware tree
     ignores the threshold and is left out. Skipped when no budget was measured at two thresholds."""
     if not {"threshold", "num_nodes"} <= set(agg.columns):
+        log.info("accept_length_vs_threshold skipped: the rows have no draft tree with a threshold and a node budget")
         return None
     trees = agg[agg["threshold"].notna() & agg["num_nodes"].notna()].copy()
     if "cost_aware" in trees:
