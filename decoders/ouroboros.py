@@ -73,7 +73,7 @@ from typing import Any, Sequence
 
 import torch
 
-from decoders.common.base import SINK_TOKENS, DraftingDecoder, draft_view
+from decoders.common.base import DraftingDecoder, draft_view, windowed
 from decoders.common.batch import PerRow
 from decoders.common.driver import DraftCounts, DraftTree, Verdict
 from decoders.common.forward import max_depth_after
@@ -359,9 +359,7 @@ class _PhraseTree:
             trunk = truncate_at_stop(copied, eos, budget)
             free = bool(trunk)
         if budget and not free and self.draftable:
-            # the context as the draft reads it: entry j >= SINK_TOKENS is context token j + offset
-            seen = context[:SINK_TOKENS] + context[SINK_TOKENS + self.offset:] if self.offset else context
-            self.drafter.sync(seen)
+            self.drafter.sync(windowed(context, self.offset))  # the context as the draft reads it
             draft = self.drafter.propose(budget, d.stop_confidence, generator)
             trunk = draft.tokens
         g = len(trunk)

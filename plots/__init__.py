@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from plots.style import (COLUMN_WIDTH_IN, FAMILY_COLOURS, FONT, OTHER_COLOURS, PAGE_WIDTH_IN, SMALL, Style,  # noqa: F401
-                         bar_rows, caption, family, fmt_tick, group_panels, legend_below, palette, plt, record_caption,
-                         save, set_titles, shade, short_groups, stacked_axes, wrap_text)
+from plots.style import (COLUMN_WIDTH_IN, FONT, PAGE_WIDTH_IN, SMALL, Style, bar_rows, caption,  # noqa: F401
+                         group_panels, legend_below, palette, plt, record_caption, save, set_titles, stacked_axes,
+                         wrap_text)
 
 from plots.batch import speedup_vs_batch  # speculation under load: against the static batch size
 from plots.by_task import task_bars  # the papers' grouped bars per task, a module of its own

@@ -88,24 +88,31 @@ def assert_refuses_arguments_it_does_not_take(make: Callable[..., Any], misspelt
         make(**{misspelt: 3})
 
 
+def assert_cache_is_a_fresh_prefill(model: Any, cache: Any, ids: Sequence[int]) -> None:
+    """``cache`` (``model``'s KV cache) holds exactly ``len(ids)`` entries, equal (keys and values) to those of a
+    fresh prefill of ``ids``."""
+    from decoders.common.forward import forward, new_cache
+
+    fresh = new_cache(model)
+    forward(model, torch.tensor([list(ids)]), fresh)
+    assert cache.get_seq_length() == len(ids)
+    for mine, ref in zip(cache.layers, fresh.layers):
+        torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+
+
 def assert_draft_cache_is_a_fresh_prefill(drafter: Any, context: Sequence[int]) -> None:
     """A tree proposer's :class:`~decoders.common.tree_draft.TreeDrafter` after a step: its cache holds exactly
     ``context[:drafter.cached]`` (``context``: the prompt and every committed id; under a draft window, as
     :func:`~decoders.common.base.draft_view` shows it: the first ``SINK_TOKENS``, then from ``offset + SINK_TOKENS``
     on), equal to a fresh prefill of those ids (kept entries moved, not recomputed, must still be right)."""
     from decoders.common.base import SINK_TOKENS
-    from decoders.common.forward import forward, new_cache
 
-    model = drafter.decoder.draft_model
     held = list(context[: drafter.cached])
     if drafter.offset:
         held = held[:SINK_TOKENS] + held[drafter.offset + SINK_TOKENS:]
-    fresh = new_cache(model)
-    forward(model, torch.tensor([held]), fresh)
-    assert drafter.cache.get_seq_length() == len(held) == drafter.cached - drafter.offset
-    for mine, ref in zip(drafter.cache.layers, fresh.layers):
-        torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(mine.values, ref.values, atol=1e-4, rtol=1e-4)
+    assert len(held) == drafter.cached - drafter.offset
+    assert_cache_is_a_fresh_prefill(drafter.decoder.draft_model, drafter.cache, held)
 
 
 def assert_tree_draft_keeps_the_accepted_kv(decoder: Any, prompts: Sequence[torch.Tensor], max_new: int) -> None:

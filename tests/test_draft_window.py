@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from conftest import PROMPTS
-from decoders.common.base import SINK_TOKENS, draft_view
+from decoders.common.base import SINK_TOKENS, draft_view, windowed
 from decoders.fixed_tree import FixedTreeDecoder
 from decoders.opt_tree import OptTreeDecoder
 from decoders.ouroboros import OuroborosDecoder
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
-from tests.decoder_checks import assert_tree_draft_keeps_the_accepted_kv
+from tests.decoder_checks import assert_cache_is_a_fresh_prefill, assert_tree_draft_keeps_the_accepted_kv
 
 MAX_NEW = 24
 WINDOW = 8
@@ -43,6 +43,7 @@ def test_draft_view_keeps_the_sinks_and_the_last_tokens():
     view, offset = draft_view(prompt, 8)
     assert view == [100, 101, 102, 103, *range(122, 130)] and offset == 30 - 8 - 4
     assert view[SINK_TOKENS:] == prompt[SINK_TOKENS + offset:]  # entry j >= 4 holds context token j + offset
+    assert windowed(prompt + [7, 8], offset) == view + [7, 8] and windowed(prompt, 0) is prompt
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,6 @@ def test_a_windowed_draft_chain_holds_the_windowed_context(target, noisy_draft, 
     """Between steps the chain's draft cache + ``feed`` are the windowed context less the pending token, and the
     cache's entries are those of a fresh prefill of that prefix."""
     from decoders.common.driver import decode
-    from decoders.common.forward import forward, new_cache
 
     decoder = SpeculativeDecoder(target, noisy_draft, gamma=4, draft_window=WINDOW, eos_token_ids=eos_ids)
     checked = 0
@@ -116,10 +116,7 @@ def test_a_windowed_draft_chain_holds_the_windowed_context(target, noisy_draft, 
             view = context[:SINK_TOKENS] + context[chain.offset + SINK_TOKENS:-1]
             held = chain.cache.get_seq_length()
             assert chain.offset > 0 and view[held:] == chain.feed
-            fresh = new_cache(noisy_draft)
-            forward(noisy_draft, torch.tensor([view[:held]]), fresh)
-            for mine, ref in zip(chain.cache.layers, fresh.layers):
-                torch.testing.assert_close(mine.keys, ref.keys, atol=1e-4, rtol=1e-4)
+            assert_cache_is_a_fresh_prefill(noisy_draft, chain.cache, view[:held])
             checked += 1
 
         proposer.accepted = accepted
@@ -156,7 +153,6 @@ def test_a_windowed_ouroboros_drafter_holds_the_windowed_context(target, noisy_d
     """Each time Ouroboros' drafter adopts the context before drafting, its ``seq`` is the windowed context and its
     cache's entries are those of a fresh prefill of that prefix."""
     from decoders.common.driver import decode
-    from decoders.common.forward import forward, new_cache
 
     decoder = DECODERS["ouroboros"](target, noisy_draft, eos_ids, WINDOW)
     checked = 0
@@ -172,10 +168,7 @@ def test_a_windowed_ouroboros_drafter_holds_the_windowed_context(target, noisy_d
             assert drafter.stepper.seq == committed
             held = drafter.cache.get_seq_length()
             if held:
-                fresh = new_cache(noisy_draft)
-                forward(noisy_draft, torch.tensor([committed[:held]]), fresh)
-                for mine, ref in zip(drafter.cache.layers, fresh.layers):
-                    torch.testing.assert_close(mine.keys[:, :, :held], ref.keys, atol=1e-4, rtol=1e-4)
+                assert_cache_is_a_fresh_prefill(noisy_draft, drafter.cache, committed[:held])
                 checked += 1
 
         def propose(ctx, remaining, generator, inner=proposer.propose):

@@ -71,6 +71,13 @@ def draft_view(prompt: Sequence[int], window: int) -> tuple[list[int], int]:
     return [*prompt[:SINK_TOKENS], *prompt[-window:]], len(prompt) - window - SINK_TOKENS
 
 
+def windowed(context: Sequence[int], offset: int) -> Sequence[int]:
+    """``context`` (the prompt and what followed it) as a draft whose window cut ``offset`` prompt tokens reads it
+    (:func:`draft_view`): a new list of its first :data:`SINK_TOKENS`, then everything from ``offset +
+    SINK_TOKENS`` on; ``context`` itself (not a copy) when ``offset`` is 0."""
+    return [*context[:SINK_TOKENS], *context[offset + SINK_TOKENS:]] if offset else context
+
+
 class DraftingDecoder:
     """Base of the decoders that run :func:`decoders.common.driver.decode` with a proposer.
 

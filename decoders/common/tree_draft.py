@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from decoders.common.base import SINK_TOKENS, DraftingDecoder, draft_view
+from decoders.common.base import DraftingDecoder, draft_view, windowed
 from decoders.common.driver import Verdict
 from decoders.common.forward import new_cache
 from decoders.common.kv_cache import keep_path
@@ -89,7 +89,7 @@ class TreeDrafter:
             ``(1, columns)`` (:meth:`probs`), and the number of tokens fed.
         """
         if self.cached == 0 and self.window_offset:  # the draft's prefill, through the window
-            feed = [*context[:SINK_TOKENS], *context[self.window_offset + SINK_TOKENS:]]
+            feed = windowed(context, self.window_offset)
         else:
             feed = context[self.cached:]
         logits = self.head.logits(torch.tensor([feed], device=self.device), self.cache, keep=1)
