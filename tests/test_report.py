@@ -154,11 +154,20 @@ def test_in_situ_step_costs_against_the_bare_models_cost_curves():
     assert windowed["draft_bare_curve"] == pytest.approx(0.3)
     mixed = cell_figures.step_costs(g.assign(prompt_tokens=[209, 9], draft_window_cut=[200, None]))  # one cut
     assert mixed["draft_tokens_per_forward"] == pytest.approx(2.0)
+    # a windowed decoder's rows written before draft_window_cut existed: the prefill is unknown, so is the rest
+    unknown = cell_figures.step_costs(g.assign(prompt_tokens=209, decoder_params='{"gamma": 4, "draft_window": 128}'))
+    assert math.isnan(unknown["draft_tokens_per_forward"]) and math.isnan(unknown["draft_bare_curve"])
+    assert not math.isnan(unknown["draft_bare"])
+    unwindowed = cell_figures.step_costs(g.assign(decoder_params='{"gamma": 4, "draft_window": 0}'))
+    assert unwindowed["draft_tokens_per_forward"] == pytest.approx(2.0)
     older = cell_figures.step_costs(g.drop(columns=["bare_token_s", "target_cost_curve", "draft_cost_curve"]))
     assert older["verify_cost"] == pytest.approx(1.2)  # rows without the curves keep the vanilla-step units
     assert all(math.isnan(older[k]) for k in ("verify_bare", "verify_bare_curve", "draft_bare", "draft_bare_curve"))
     assert cell_figures.cost_curve("garbled") == [] and cell_figures.cost_curve(None) == []
-    assert cell_figures.curve_at([(1.0, 1.0), (4.0, 2.0)], 64) == 2.0  # beyond the curve: its last point
+    assert cell_figures.curve_at([(1.0, 1.0), (4.0, 2.0)], 4) == 2.0
+    assert math.isnan(cell_figures.curve_at([(1.0, 1.0), (4.0, 2.0)], 4.5))  # beyond the timed points: unmeasured
+    beyond = cell_figures.step_costs(g.assign(target_tokens_fed_per_step=100.0))  # past the curve's last point
+    assert math.isnan(beyond["verify_bare_curve"]) and not math.isnan(beyond["verify_bare"])
 
     # the figure: the curves as lines, each decoder's in-situ cost as a point on them
     rows = g.assign(label="speculative")

@@ -62,9 +62,10 @@ def cost_curve(text: Any) -> list[tuple[float, float]]:
 
 
 def curve_at(curve: Sequence[tuple[float, float]], k: float) -> float:
-    """The curve's cost at ``k`` tokens: linear between its points, its end points' values beyond them (NaN for
-    an empty curve or ``k``)."""
-    if not curve or not np.isfinite(k):
+    """The curve's cost at ``k`` tokens: linear between its points; NaN outside them (a forward of more tokens
+    than the last point timed was not measured: holding the last point's value would understate it), for an
+    empty curve or a NaN ``k``."""
+    if not curve or not np.isfinite(k) or not curve[0][0] <= k <= curve[-1][0]:
         return math.nan
     ks, rs = zip(*curve)
     return float(np.interp(k, ks, rs))
@@ -135,7 +136,12 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
             out["verify_bare_curve"] = float((at[ok] * steps[ok]).sum() / steps[ok].sum())
     if has_draft and "draft_tokens_fed" in g:
         prompt = num(g["prompt_tokens"]) if "prompt_tokens" in g else pd.Series(0.0, index=g.index)
-        cut = num(g["draft_window_cut"]).fillna(0.0) if "draft_window_cut" in g else 0.0
+        cut = num(g["draft_window_cut"]) if "draft_window_cut" in g else pd.Series(math.nan, index=g.index)
+        # no cut recorded: none made, unless the row's decoder had a draft window (rows written before the column),
+        # whose prefill is then unknown and its tokens per forward with it
+        windowed = (g["decoder_params"].map(lambda p: bool(params_of(p).get("draft_window")))
+                    if "decoder_params" in g else pd.Series(False, index=g.index))
+        cut = cut.where(cut.notna() | windowed, 0.0)
         fed = num(g["draft_tokens_fed"]) - (prefill > 0) * draft_prefill_tokens(prompt, cut)
         ok = fed.notna() & (forwards > 0) & (fed > 0)
         if ok.any():

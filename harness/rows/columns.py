@@ -301,10 +301,11 @@ THEORY_COLUMNS_DECLARED: tuple[Column, ...] = tuple(
         ("verify_bare", "float", "in-situ seconds per verify step / the target's bare one-token forward "
          "(bare_token_s)", {}),
         ("verify_bare_curve", "float", "the target's bare cost curve at the tokens fed per verify, in bare_token_s "
-         "units: what verify_bare would be without the decoder's own work", {}),
+         "units: what verify_bare would be without the decoder's own work (empty beyond the curve's last point)",
+         {}),
         ("draft_bare", "float", "in-situ seconds per draft forward after the prefill / bare_token_s", {}),
         ("draft_bare_curve", "float", "the draft's bare cost curve at draft_tokens_per_forward, in bare_token_s "
-         "units", {}),
+         "units (empty beyond the curve's last point)", {}),
         ("draft_tokens_per_forward", "float", "tokens fed per draft forward after the draft's prefill", {}),
     ))
 
