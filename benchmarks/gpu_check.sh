@@ -6,7 +6,7 @@
 #                                                               # for CPython 3.12 on x86_64 Linux, ~42 MB
 #   bash benchmarks/gpu_check.sh --wheels .gpu_wheels [OUT]     # on the GPU machine: 5.3 min measured on one H200
 #                                                               # (results/reference/gpu_h200), 10 at most
-#   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes and 3 of
+#   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes and 1 of
 #                                                               # the 12 equality prompts (CI, about 1 min)
 #
 # On the GPU machine (Python 3.12, torch with CUDA and an older transformers preinstalled, nothing else of ours):
@@ -90,8 +90,8 @@ fi
 if [ "$MODE" = dry ]; then
   DEV=cpu
   TIMING=(--shapes tiny --dtype float32 --max-new-tokens 16 --prompts 1 --prompt-tokens 48 --repeats 1 --threads 1)
-  OVERHEAD=(--rounds 1 --prompts 1 --max-new-tokens 16)
-  EQ=(--max-new-tokens 16 --equality-prompts 3)   # the script's paths, not the proof: tests/test_lossless.py
+  OVERHEAD=(--rounds 1 --prompts 1 --max-new-tokens 16 --prompt-tokens 48)
+  EQ=(--max-new-tokens 16 --equality-prompts 1)   # the script's paths, not the proof: tests/test_lossless.py
   EQ16=("${EQ[@]}")
 else
   DEV=cuda

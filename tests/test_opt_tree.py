@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from decoders.common.cost import ForwardCost
+from decoders.common.cost import ForwardCost, batch_cost_curve
 from decoders.opt_tree import OptTreeDecoder, _TreeGrower
 from decoders.speculative import SpeculativeDecoder
 from decoders.vanilla import VanillaDecoder
@@ -135,6 +135,20 @@ def test_cost_is_measured_at_construction(target, noisy_draft):
     assert all(x > 0 for x in cost.target_s + cost.draft_s)
     assert cost.target_time(3) == pytest.approx((cost.target_time(2) + cost.target_time(4)) / 2)
     assert len(cost.describe().split(",")) == len(cost.points)
+
+
+def test_a_cost_curve_stops_timing_a_point_after_enough_seconds(target):
+    """batch_cost_curve(enough_s=...): a point's timing stops once its timed calls took that long (at least one
+    timed call after the warm-up); without it every repeat runs."""
+    for enough_s, per_point in ((None, 4), (1e9, 4), (0.0, 2)):
+        calls = []
+        hook = target.register_forward_hook(lambda module, args, out: calls.append(1))
+        try:
+            curve = batch_cost_curve(target, 1, [1, 4], repeats=3, enough_s=enough_s)
+        finally:
+            hook.remove()
+        assert list(curve) == [1, 4] and all(t > 0 for t in curve.values())
+        assert len(calls) == 1 + per_point * 2, (enough_s, len(calls))  # the prefill, then per point
 
 
 def test_copy_min_match_copies_only_where_a_longer_suffix_recurs(confident, prompt_ids, eos_ids):

@@ -33,7 +33,7 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def batch_cost_curve(model: PreTrainedModel, rows: int, sizes: list[int], repeats: int = 3,
-                     context: torch.Tensor | None = None) -> dict[int, float]:
+                     context: torch.Tensor | None = None, enough_s: float | None = None) -> dict[int, float]:
     """``{k: median seconds of one forward of k tokens in each of rows rows}`` after a cached context (the same in
     every row; no padding): the bare cost of a batched step, ``rows x k`` tokens. The context is prefilled once and
     each timed forward cropped off again; one warm-up call per size, device synchronized.
@@ -42,8 +42,11 @@ def batch_cost_curve(model: PreTrainedModel, rows: int, sizes: list[int], repeat
         model: a causal LM whose cache can be cropped.
         rows: the batch size (>= 1).
         sizes: tokens per row of the timed forwards.
-        repeats: timed calls per size (the median is returned).
+        repeats: timed calls per size at most (the median is returned).
         context: ``(1, n)`` token ids (a real prompt); default :data:`CONTEXT` synthetic ids.
+        enough_s: stop timing a size once its timed calls took this many seconds in all (at least one call):
+            calls of a second or more are long against the timer and scheduling jitter that repeats average
+            out, and the 1.5B target's float32 64-token forward takes ~4 s on a 2-core CPU. None: every repeat.
     """
     device = model.get_input_embeddings().weight.device
     if context is None:
@@ -63,6 +66,8 @@ def batch_cost_curve(model: PreTrainedModel, rows: int, sizes: list[int], repeat
             _sync(device)
             times.append(time.perf_counter() - start)
             crop(cache, n)
+            if enough_s is not None and len(times) > 1 and sum(times[1:]) >= enough_s:
+                break
         curve[k] = sorted(times[1:])[len(times[1:]) // 2]
     return curve
 

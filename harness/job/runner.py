@@ -50,9 +50,12 @@ from tasks.base import encode_prompt
 from tasks.types import Sample
 
 log = logging.getLogger(__name__)
-#: Tokens at which each model's bare forward is timed once per job (:meth:`Runner._measure_bare`; ~10 s on the
-#: 1.5B / 0.5B pair on a 2-core CPU, milliseconds on tiny models).
+#: Tokens at which each model's bare forward is timed once per job (:meth:`Runner._measure_bare`), and the seconds
+#: of timed calls after which a point's timing stops (:func:`decoders.common.cost.batch_cost_curve`: up to 3 calls
+#: per point, fewer where they are that long). ~10 s on the 1.5B / 0.5B pair in bfloat16 on a 2-core CPU with bf16
+#: units, ~1 min in float32 on one without (~1.6 min when every point took 3 calls), milliseconds on tiny models.
 BARE_POINTS = (1, 2, 4, 8, 16, 32, 64)
+BARE_ENOUGH_S = 1.0
 
 
 class Runner:
@@ -279,12 +282,13 @@ class Runner:
             return
         context = self._encode(text)
         try:
-            target = batch_cost_curve(self.pair.target, 1, list(BARE_POINTS), context=context)
+            target = batch_cost_curve(self.pair.target, 1, list(BARE_POINTS), context=context,
+                                      enough_s=BARE_ENOUGH_S)
             unit = target[1]
             self._bare = {"bare_token_s": unit, "target_cost_curve": curve_text(target, unit)}
             draft = getattr(self.pair, "draft", None)
             if self.draft_users and draft is not None:
-                curve = batch_cost_curve(draft, 1, list(BARE_POINTS), context=context)
+                curve = batch_cost_curve(draft, 1, list(BARE_POINTS), context=context, enough_s=BARE_ENOUGH_S)
                 self._bare["draft_cost_curve"] = curve_text(curve, unit)
         except Exception as e:  # noqa: BLE001 -- the curves are context for the report, not a cell's measurement
             log.warning("the bare cost curves could not be timed (%s: %s); the rows leave them empty",

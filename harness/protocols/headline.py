@@ -32,7 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -147,14 +147,15 @@ def _meta(run_dir: Path) -> dict[str, Any]:
     return json.loads(metas[0].read_text()) if metas else {}
 
 
-def caption(h: Headline, rows: pd.DataFrame) -> str:
+def caption(h: Headline, rows: pd.DataFrame, tune_rows: pd.DataFrame | None = None) -> str:
     """The headline's caption, every fact read from the rows, ``meta.json`` and ``run.log`` of the race and
-    of its tuning run."""
+    of its tuning run (``tune_rows``: its rows, loaded here when not given)."""
     ok = rows[rows["status"] == "ok"]
     ids = sorted({int(str(s).rsplit("/", 1)[-1]) for s in ok["sample_id"] if str(s).rsplit("/", 1)[-1].isdigit()})
     span = f"{ids[0]}-{ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ", ".join(map(str, ids))
     task = ", ".join(dict.fromkeys(ok["task"].astype(str)))
-    tune_rows = report.load_rows([ROOT / t for t in h.tuning])
+    if tune_rows is None:
+        tune_rows = report.load_rows([ROOT / t for t in h.tuning])
     tune_ids = sorted({int(str(s).rsplit("/", 1)[-1]) for s in tune_rows["sample_id"]})
     presets = " and ".join(f"`experiment={Path(t).name}`" for t in h.tuning)
     meta = _meta(ROOT / h.race)
@@ -173,8 +174,9 @@ def caption(h: Headline, rows: pd.DataFrame) -> str:
             f"`docs/results/{h.name}/`.")
 
 
-def headline_block(h: Headline, rows: pd.DataFrame) -> str:
-    """The README block for ``h``: caption and the main table with settings labels (markdown)."""
+def headline_block(h: Headline, rows: pd.DataFrame, tune_rows: pd.DataFrame | None = None) -> str:
+    """The README block for ``h``: caption and the main table with settings labels (markdown); ``tune_rows`` as
+    :func:`caption`."""
     agg = metrics.aggregate(rows)
     _, text = report.main_table(agg, grouping.quality_columns(rows))
     text = text.drop(columns=["settings"], errors="ignore")  # the label below carries them
@@ -186,7 +188,7 @@ def headline_block(h: Headline, rows: pd.DataFrame) -> str:
                   for lab in (text.index.get_level_values(-1) if isinstance(text.index, pd.MultiIndex) else text.index)]
     text.index.name = "decoder (tuned setting)"
     notes = [n for n in [divergences(rows), referee_line(h)] if n] + [f"Warning: {w}" for w in flags.run_warnings(agg)]
-    return caption(h, rows) + "\n\n" + tables.markdown(text) + "".join(f"\n\n{n}" for n in notes)
+    return caption(h, rows, tune_rows) + "\n\n" + tables.markdown(text) + "".join(f"\n\n{n}" for n in notes)
 
 
 def _target_of(h: Headline, decoder: str) -> str:
@@ -207,13 +209,16 @@ def generate(out_root: Path, plots: bool = True) -> tuple[str, dict[str, Path]]:
     """Write every headline's report under ``out_root/<name>/`` (its figures too when ``plots``); returns (the
     README block text, written files)."""
     blocks, written = [], {}
+    tuning: dict[tuple[str, ...], pd.DataFrame] = {}  # several races share a tuning run: read its rows once
     for h in HEADLINES:
         race = ROOT / h.race
         if not race.is_dir():
             raise FileNotFoundError(f"{h.race} does not exist (the race rows of headline {h.name!r})")
         files = report.write_report([race], out_dir=out_root / h.name, plots=plots)
         written.update({f"{h.name}/{k}": v for k, v in files.items()})
-        block = headline_block(h, report.load_rows([race]))
+        if h.tuning not in tuning:
+            tuning[h.tuning] = report.load_rows([ROOT / t for t in h.tuning])
+        block = headline_block(h, report.load_rows([race]), tuning[h.tuning])
         if h.in_readme:
             blocks.append(block)
         else:
@@ -231,28 +236,42 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.chdir(ROOT)  # the report names its sources relative to the working directory
     readme_path, docs = Path(args.readme), Path(args.docs)
-    readme = readme_path.read_text()
-    try:
-        splice(readme, "")  # the markers, before any report is generated
-        if not args.check:
-            block, _ = generate(docs)
-            readme_path.write_text(splice(readme, block))
-            print(f"wrote {docs}/ and the headline block of {readme_path}")
-            return 0
+    if args.check:
         with tempfile.TemporaryDirectory() as tmp:  # tables only: figure bytes depend on the matplotlib build
-            block, written = generate(Path(tmp), plots=False)
-            diffs = []
-            new_readme = splice(readme, block)
-            if new_readme != readme:
-                diffs += difflib.unified_diff(readme.splitlines(), new_readme.splitlines(), str(readme_path),
-                                              "generated", lineterm="")
-            for rel, path in sorted(written.items()):
-                committed = docs / rel
-                new = path.read_text()
-                old = committed.read_text() if committed.exists() else ""
-                if not same_table(old, new, Path(rel).suffix):
-                    diffs += difflib.unified_diff(old.splitlines(), new.splitlines(), str(committed), "generated",
-                                                  lineterm="")
+            return check(readme_path, docs, lambda: generate(Path(tmp), plots=False))
+    try:
+        readme = readme_path.read_text()
+        splice(readme, "")  # the markers, before any report is generated
+        block, _ = generate(docs)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    readme_path.write_text(splice(readme, block))
+    print(f"wrote {docs}/ and the headline block of {readme_path}")
+    return 0
+
+
+def check(readme_path: Path, docs: Path, generated: Callable[[], tuple[str, dict[str, Path]]]) -> int:
+    """``--check``: compare the README at ``readme_path`` and the committed reports under ``docs`` with what
+    ``generated()`` (:func:`generate`'s result, tables only) gives; prints the differences. Returns the exit
+    status: 0 up to date, 1 a difference, 2 missing README markers or race folder. The generation is called only
+    once the README's markers are found (a test can hand one generation to several checks)."""
+    try:
+        readme = readme_path.read_text()
+        splice(readme, "")  # the markers, before any report is generated
+        block, written = generated()
+        diffs = []
+        new_readme = splice(readme, block)
+        if new_readme != readme:
+            diffs += difflib.unified_diff(readme.splitlines(), new_readme.splitlines(), str(readme_path),
+                                          "generated", lineterm="")
+        for rel, path in sorted(written.items()):
+            committed = docs / rel
+            new = path.read_text()
+            old = committed.read_text() if committed.exists() else ""
+            if not same_table(old, new, Path(rel).suffix):
+                diffs += difflib.unified_diff(old.splitlines(), new.splitlines(), str(committed), "generated",
+                                              lineterm="")
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
