@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu_check.sh --wheels .gpu_wheels [OUT]     # on the GPU machine: 5.3 min measured on one H200
 #                                                               # (results/reference/gpu_h200), 10 at most
 #   bash benchmarks/gpu_check.sh --dry-run [OUT]                # every step on the CPU with tiny shapes and 1 of
-#                                                               # the 12 equality prompts (CI, about 1 min)
+#                                                               # the 12 equality prompts (CI, ~1.5 min)
 #
 # On the GPU machine (Python 3.12, torch with CUDA and an older transformers preinstalled, nothing else of ours):
 # a virtual environment that sees the system's torch gets the carried wheels (pip --no-index), then

@@ -107,7 +107,8 @@ NOT_AN_AXIS = ("pool_scope",)
 def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]], param: str | None = None,
                           subtitle: str = "", style: Style | None = None) -> Any:
     """Tokens/s (left) and speedup with its CI (right) against a swept hyper-parameter (e.g. gamma), one line
-    per decoder and per value of the other swept parameters; run groups by line style.
+    per decoder and per value of the other swept parameters (named `lookahead (ngram_size=3)`, as the tree figures
+    name theirs); run groups by line style.
 
     Args:
         agg: :func:`harness.rows.metrics.aggregate` (one column per hyper-parameter).
@@ -134,7 +135,8 @@ def tokens_per_s_vs_param(agg: pd.DataFrame, swept: Mapping[str, Sequence[str]],
         keys = others.get(dec, [])
         for key, s in (g.groupby(keys, sort=False, dropna=False) if keys else [((), g)]):
             key = key if isinstance(key, tuple) else (key,)
-            series.append((_class_name(dec) + "".join(f" {k}={fmt_tick(v)}" for k, v in zip(keys, key)), str(grp), s))
+            shown = ", ".join(f"{k}={fmt_tick(v)}" for k, v in zip(keys, key))  # as the tree figures name lines
+            series.append((_class_name(dec) + (f" ({shown})" if shown else ""), str(grp), s))
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(PAGE_WIDTH_IN, _lines_height(series)))
     _lines(axes, series, param, "tokens_per_s", list(dict.fromkeys(str(g) for g in agg["group"])))
     for ax in axes:

@@ -67,7 +67,10 @@ def test_a_readme_without_markers_is_refused(tmp_path, capsys):
     readme, docs = _copy_docs(tmp_path)
     readme.write_text("# no markers\n")
     assert headline.main(["--check", "--readme", str(readme), "--docs", str(docs)]) == 2
-    assert "markers" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "markers" in err and str(readme.resolve()) in err and len(err.strip().splitlines()) == 1
+    assert headline.main(["--check", "--readme", str(tmp_path), "--docs", str(docs)]) == 2  # a folder: one line
+    assert capsys.readouterr().err.startswith("error: ")
 
 
 @pytest.mark.parametrize("decoder, params, label", [

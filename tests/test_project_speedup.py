@@ -219,6 +219,22 @@ def test_a_noisy_curve_is_said_and_transformers_assisted_rows_are_listed_unprice
     assert "hf_assisted" in out and pj.NOT_PRICED_WHY in out
 
 
+def test_windowed_rows_without_a_recorded_cut_are_listed_unpriced(tmp_path, capsys):
+    """A draft window's cut decides the draft prefill taken out of a row's draft tokens: rows of a windowed decoder
+    written before draft_window_cut are not priced (their prefill is unknown); with the cut they are."""
+    windowed = dict(new_tokens=9, num_steps=3, target_tokens_fed_per_step=4.0, draft_forwards_per_step=3.0,
+                    draft_tokens_fed=41 + 5, tpot_s=0.1, draft_prefill_s=0.08,
+                    decoder_params=json.dumps({"gamma": 3, "draft_window": 36}))
+    path = tmp_path / "results.jsonl"
+    for cut, priced in (({}, False), ({"draft_window_cut": 60}, True)):
+        rows = [_row("vanilla", "a", target_tokens_fed_per_step=1.0, tpot_s=0.2),
+                _row("speculative_w36", "a", **windowed, **cut)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert ps.main(["--curves", str(path), "rows", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert (pj.UNKNOWN_CUT_WHY in out) is not priced, out
+
+
 def test_a_refusal_is_one_line_on_stderr_outside_pytest_too(tmp_path):
     # read_results logs what it leaves out; the tool says it once, as its refusal (pytest's log capture would hide
     # a second line, so this runs the command as a user does)

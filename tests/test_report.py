@@ -158,8 +158,12 @@ def test_in_situ_step_costs_against_the_bare_models_cost_curves():
     unknown = cell_figures.step_costs(g.assign(prompt_tokens=209, decoder_params='{"gamma": 4, "draft_window": 128}'))
     assert math.isnan(unknown["draft_tokens_per_forward"]) and math.isnan(unknown["draft_bare_curve"])
     assert not math.isnan(unknown["draft_bare"])
-    unwindowed = cell_figures.step_costs(g.assign(decoder_params='{"gamma": 4, "draft_window": 0}'))
-    assert unwindowed["draft_tokens_per_forward"] == pytest.approx(2.0)
+    for no_window in ('{"gamma": 4, "draft_window": 0}', '{"gamma": 4, "draft_window": "0"}', '{"gamma": 4}'):
+        unwindowed = cell_figures.step_costs(g.assign(decoder_params=no_window))
+        assert unwindowed["draft_tokens_per_forward"] == pytest.approx(2.0), no_window
+    one_unknown = cell_figures.step_costs(g.assign(prompt_tokens=[209, 9], draft_window_cut=[None, None],
+                                                   decoder_params=['{"draft_window": 8}', "{}"]))
+    assert math.isnan(one_unknown["draft_tokens_per_forward"]) and math.isnan(one_unknown["draft_bare_curve"])
     older = cell_figures.step_costs(g.drop(columns=["bare_token_s", "target_cost_curve", "draft_cost_curve"]))
     assert older["verify_cost"] == pytest.approx(1.2)  # rows without the curves keep the vanilla-step units
     assert all(math.isnan(older[k]) for k in ("verify_bare", "verify_bare_curve", "draft_bare", "draft_bare_curve"))
@@ -168,6 +172,8 @@ def test_in_situ_step_costs_against_the_bare_models_cost_curves():
     assert math.isnan(cell_figures.curve_at([(1.0, 1.0), (4.0, 2.0)], 4.5))  # beyond the timed points: unmeasured
     beyond = cell_figures.step_costs(g.assign(target_tokens_fed_per_step=100.0))  # past the curve's last point
     assert math.isnan(beyond["verify_bare_curve"]) and not math.isnan(beyond["verify_bare"])
+    straddling = cell_figures.step_costs(g.assign(target_tokens_fed_per_step=[5.0, 100.0]))  # one row past it
+    assert math.isnan(straddling["verify_bare_curve"])  # not the first row's value beside both rows' verify_bare
 
     # the figure: the curves as lines, each decoder's in-situ cost as a point on them
     rows = g.assign(label="speculative")
@@ -735,7 +741,7 @@ def test_legends_print_integers_and_colours_do_not_repeat(tmp_path):
     agg = metrics.aggregate(rows)
     fig = plots.tokens_per_s_vs_param(agg, grouping.swept_params(rows), subtitle="s")
     texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
-    assert "lookahead ngram_size=3" in texts and not any(".0" in t for t in texts)
+    assert "lookahead (ngram_size=3)" in texts and not any(".0" in t for t in texts)
     plots.plt.close(fig)
     colours = plots.palette(25)
     assert len(set(colours)) == 25 and len(set(plots.palette(12))) == 12

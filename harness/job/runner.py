@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 #: Tokens at which each model's bare forward is timed once per job (:meth:`Runner._measure_bare`), and the seconds
 #: of timed calls after which a point's timing stops (:func:`decoders.common.cost.batch_cost_curve`: up to 3 calls
 #: per point, fewer where they are that long). ~10 s on the 1.5B / 0.5B pair in bfloat16 on a 2-core CPU with bf16
-#: units, ~1 min in float32 on one without (~1.6 min when every point took 3 calls), milliseconds on tiny models.
+#: units, ~45 s in float32 on one without (~1.6 min when every point took 3 calls), milliseconds on tiny models.
 BARE_POINTS = (1, 2, 4, 8, 16, 32, 64)
 BARE_ENOUGH_S = 1.0
 

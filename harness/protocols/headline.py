@@ -197,11 +197,12 @@ def _target_of(h: Headline, decoder: str) -> str:
     return str(cfg.get(decoder, {}).get("_target_", ""))
 
 
-def splice(readme: str, block: str) -> str:
-    """``readme`` with the text between the markers replaced by ``block``; ValueError without the markers."""
+def splice(readme: str, block: str, name: str = "README.md") -> str:
+    """``readme`` (the text of file ``name``) with the text between the markers replaced by ``block``; ValueError
+    without the markers."""
     start, end = readme.find(BEGIN), readme.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"README.md lacks the markers {BEGIN!r} ... {END!r}")
+        raise ValueError(f"{name} lacks the markers {BEGIN!r} ... {END!r}")
     return readme[:start + len(BEGIN)] + "\n" + block.rstrip("\n") + "\n" + readme[end:]
 
 
@@ -234,16 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", default=str(ROOT / "README.md"))
     parser.add_argument("--docs", default=str(ROOT / "docs" / "results"))
     args = parser.parse_args(argv)
+    readme_path, docs = Path(args.readme).resolve(), Path(args.docs).resolve()  # where the command was given
     os.chdir(ROOT)  # the report names its sources relative to the working directory
-    readme_path, docs = Path(args.readme), Path(args.docs)
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:  # tables only: figure bytes depend on the matplotlib build
             return check(readme_path, docs, lambda: generate(Path(tmp), plots=False))
     try:
         readme = readme_path.read_text()
-        splice(readme, "")  # the markers, before any report is generated
+        splice(readme, "", str(readme_path))  # the markers, before any report is generated
         block, _ = generate(docs)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     readme_path.write_text(splice(readme, block))
@@ -254,11 +255,12 @@ def main(argv: list[str] | None = None) -> int:
 def check(readme_path: Path, docs: Path, generated: Callable[[], tuple[str, dict[str, Path]]]) -> int:
     """``--check``: compare the README at ``readme_path`` and the committed reports under ``docs`` with what
     ``generated()`` (:func:`generate`'s result, tables only) gives; prints the differences. Returns the exit
-    status: 0 up to date, 1 a difference, 2 missing README markers or race folder. The generation is called only
-    once the README's markers are found (a test can hand one generation to several checks)."""
+    status: 0 up to date, 1 a difference, 2 a README that cannot be read or lacks the markers, or a race or tuning
+    folder missing or without rows (one ``error:`` line). The generation is called only once the README's markers
+    are found (a test can hand one generation to several checks)."""
     try:
         readme = readme_path.read_text()
-        splice(readme, "")  # the markers, before any report is generated
+        splice(readme, "", str(readme_path))  # the markers, before any report is generated
         block, written = generated()
         diffs = []
         new_readme = splice(readme, block)
@@ -272,11 +274,11 @@ def check(readme_path: Path, docs: Path, generated: Callable[[], tuple[str, dict
             if not same_table(old, new, Path(rel).suffix):
                 diffs += difflib.unified_diff(old.splitlines(), new.splitlines(), str(committed), "generated",
                                               lineterm="")
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if diffs:
-        print("\n".join(diffs[:200]))
+        print("\n".join(diffs[:200]) + (f"\n... ({len(diffs) - 200} more diff lines)" if len(diffs) > 200 else ""))
         print("error: the headline or its committed report is out of date with the rows; run "
               "`python benchmarks/headline.py` and commit the result", file=sys.stderr)
         return 1

@@ -78,6 +78,17 @@ def draft_prefill_tokens(prompt_tokens: Any, window_cut: Any = 0) -> Any:
     return prompt_tokens - window_cut + 1
 
 
+def window_cut(cut: Any, decoder_params: Any) -> float:
+    """Prompt tokens a draft window cut from a row's draft prefill: its ``draft_window_cut``; where the row records
+    none, 0 for a decoder without a draft window and NaN (unknown) for one with a window (rows written before the
+    column): its draft prefill, and what its later draft forwards fed, are then unknown."""
+    value = pd.to_numeric(cut, errors="coerce")
+    if pd.notna(value):
+        return float(value)
+    window = pd.to_numeric(params_of(decoder_params).get("draft_window"), errors="coerce")
+    return math.nan if pd.notna(window) and window > 0 else 0.0
+
+
 def step_costs(g: pd.DataFrame) -> dict[str, float]:
     """In-situ step costs of one cell's paired rows, in two units.
 
@@ -127,32 +138,32 @@ def step_costs(g: pd.DataFrame) -> dict[str, float]:
                 out[key] = float(per[ok].sum() / (base[ok] * scale[ok]).sum())
     curves = {"verify": g["target_cost_curve"] if "target_cost_curve" in g else None,
               "draft": g["draft_cost_curve"] if "draft_cost_curve" in g else None}
-    # each curve value only beside an in-situ one (vanilla has no verify timer)
+    # each curve value beside an in-situ one and over the same rows: none when a row counted there has no curve
+    # value (no curve, or tokens per forward outside the curve's timed points)
+    counted = bare.notna() & (bare > 0)
     if curves["verify"] is not None and "target_tokens_fed_per_step" in g and not math.isnan(out["verify_bare"]):
+        rows = counted & verify.notna() & (steps > 0)
         k = num(g["target_tokens_fed_per_step"])
         at = pd.Series([curve_at(cost_curve(c), x) for c, x in zip(curves["verify"], k)], index=g.index)
-        ok = at.notna() & (steps > 0)
-        if ok.any():
-            out["verify_bare_curve"] = float((at[ok] * steps[ok]).sum() / steps[ok].sum())
+        if at[rows].notna().all():
+            out["verify_bare_curve"] = float((at[rows] * steps[rows]).sum() / steps[rows].sum())
     if has_draft and "draft_tokens_fed" in g:
         prompt = num(g["prompt_tokens"]) if "prompt_tokens" in g else pd.Series(0.0, index=g.index)
-        cut = num(g["draft_window_cut"]) if "draft_window_cut" in g else pd.Series(math.nan, index=g.index)
-        # no cut recorded: none made, unless the row's decoder had a draft window (rows written before the column),
-        # whose prefill is then unknown and its tokens per forward with it
-        windowed = (g["decoder_params"].map(lambda p: bool(params_of(p).get("draft_window")))
-                    if "decoder_params" in g else pd.Series(False, index=g.index))
-        cut = cut.where(cut.notna() | windowed, 0.0)
+        cuts = g["draft_window_cut"] if "draft_window_cut" in g else pd.Series(None, index=g.index, dtype=object)
+        params = g["decoder_params"] if "decoder_params" in g else pd.Series(None, index=g.index, dtype=object)
+        cut = pd.Series([window_cut(c, p) for c, p in zip(cuts, params)], index=g.index)
         fed = num(g["draft_tokens_fed"]) - (prefill > 0) * draft_prefill_tokens(prompt, cut)
-        ok = fed.notna() & (forwards > 0) & (fed > 0)
-        if ok.any():
+        drafting = forwards > 0
+        ok = drafting & (fed > 0)
+        if ok.any() and fed[drafting].notna().all():  # a row's unknown prefill leaves the cell's value unknown
             per_forward = fed / forwards
             out["draft_tokens_per_forward"] = float(fed[ok].sum() / forwards[ok].sum())
             if curves["draft"] is not None and not math.isnan(out["draft_bare"]):
+                rows = counted & draft.notna() & ok
                 at = pd.Series([curve_at(cost_curve(c), x) for c, x in zip(curves["draft"], per_forward)],
                                index=g.index)
-                ok &= at.notna()
-                if ok.any():
-                    out["draft_bare_curve"] = float((at[ok] * forwards[ok]).sum() / forwards[ok].sum())
+                if rows.any() and at[rows].notna().all():
+                    out["draft_bare_curve"] = float((at[rows] * forwards[rows]).sum() / forwards[rows].sum())
     return out
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from harness.rows.cell_figures import cost_curve, draft_prefill_tokens
+from harness.rows.cell_figures import cost_curve, draft_prefill_tokens, window_cut
 from harness.rows.columns import PAIR_KEYS
 from harness.rows.grouping import params_of
 from harness.rows.results import read_results
@@ -45,6 +45,8 @@ REDUCED_HEAD = 0.78
 #: Decoder classes whose counters cannot be priced, and why.
 NOT_PRICED = ("HFAssistedDecoder",)
 NOT_PRICED_WHY = "transformers' assisted generation is not priced: its counters include its first, pre-TTFT step"
+UNKNOWN_CUT_WHY = ("not priced: its rows have a draft window but no draft_window_cut (written before that column), so "
+                   "its draft prefill is unknown")
 
 
 class Refused(ValueError):
@@ -207,7 +209,8 @@ def load_curves(rows: Sequence[dict[str, Any]], source: str) -> Curves:
             raise Refused(f"{source}: {column} holds a cost that is not a positive number: {row.get(column)}")
     per_token = [_num(r.get("draft_prefill_s")) / _num(r.get("bare_token_s")) / fed for r in rows
                  if _num(r.get("draft_prefill_s")) > 0 and _num(r.get("bare_token_s")) > 0
-                 and (fed := draft_prefill_tokens(_num(r.get("prompt_tokens")), _num(r.get("draft_window_cut")))) > 1]
+                 and (fed := draft_prefill_tokens(_num(r.get("prompt_tokens")),
+                                                  window_cut(r.get("draft_window_cut"), r.get("decoder_params")))) > 1]
     raw = {m: cost_curve(row.get(f"{m}_cost_curve")) for m in ("target", "draft")}
     # a point above a later one by > 10 % (the 1-token point is the unit: points of 2-4 tokens timed below it lift
     # to it, which only makes short verifies a little dearer)
@@ -277,13 +280,18 @@ def project_rows(rows: Sequence[dict[str, Any]], curves: Curves, reduced_head: f
         if any(not_priced(r) for r in rows if r["decoder"] == name):
             out.append({"decoder": name, "not_priced": NOT_PRICED_WHY})
             continue
+        if any(math.isnan(window_cut(r.get("draft_window_cut"), r.get("decoder_params")))
+               for r in rows if r["decoder"] == name):
+            out.append({"decoder": name, "not_priced": UNKNOWN_CUT_WHY})
+            continue
         measured, projected, tokens, steps, forwards_all = [], [], 0, 0, 0.0
         for r in (r for r in rows if r["decoder"] == name):
             n, k = int(_num(r.get("new_tokens"))) - 1, int(_num(r.get("num_steps"))) - 1
             if n < 1 or k < 1:
                 continue
             forwards, fed = _num(r.get("draft_forwards_per_step")) * k, _num(r.get("draft_tokens_fed"))
-            prompt = draft_prefill_tokens(_num(r.get("prompt_tokens")), _num(r.get("draft_window_cut")))
+            prompt = draft_prefill_tokens(_num(r.get("prompt_tokens")),
+                                          window_cut(r.get("draft_window_cut"), r.get("decoder_params")))
             head = reduced_head if _num(params_of(r.get("decoder_params")).get("draft_vocab_size")) else 1.0
             cost = k * curves.target_cost(_num(r.get("target_tokens_fed_per_step")))
             if forwards:
