@@ -427,3 +427,79 @@ def test_keep_gguf_keeps_the_checked_gguf_and_reuses_it(tiny_gguf, tmp_path, mon
     assert counted == {"fetch": 1, "convert": 2}
     assert f"using cached GGUF {kept} (checked, no fetch)" in caplog.text
     assert kept.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Several models at once (the pair's first run): conversions side by side, one process each
+# --------------------------------------------------------------------------------------------------
+
+def test_two_models_convert_at_once_in_two_processes(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    """Both GGUF files are fetched here, then one converts here and the other in a child process whose log lines
+    reach this process's loggers; neither is then reported as a cache hit."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(model_cache, "_cores", lambda: 2)
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
+    specs = [_spec("pypi_gguf", tiny_gguf, name="tiny-a"), _spec("pypi_gguf_file", tiny_gguf, name="tiny-b")]
+    model_cache.convert_all(specs)
+    folders = [model_cache.materialize(s) for s in specs]
+    assert counted == {"fetch": 2, "convert": 1}, "both fetched here, one converted here"
+    assert "converting 2 models at once, one process each" in caplog.text
+    assert "converting tiny-b.gguf to safetensors" in caplog.text  # relayed from the child
+    assert "using cached converted model" not in caplog.text
+    assert folders == [str(tmp_path / "models" / "tiny-a"), str(tmp_path / "models" / "tiny-b")]
+    for folder in folders:
+        _assert_faithful(folder, tiny_gguf)
+    assert sorted(os.listdir(tmp_path / "gguf")) == [], "the fetched GGUF files are not kept"
+    caplog.clear()
+    model_cache.convert_all(specs)
+    assert counted == {"fetch": 2, "convert": 1}
+    assert "at once" not in caplog.text and "one after the other" not in caplog.text
+
+
+@pytest.mark.parametrize("short", ["memory", "cores"])
+def test_conversions_run_one_after_the_other_without_the_memory_or_cores(short, tiny_gguf, tmp_path, monkeypatch,
+                                                                        counted, caplog):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(model_cache, "_cores", lambda: 1 if short == "cores" else 2)
+    if short == "memory":
+        monkeypatch.setattr(model_cache, "_available_memory", lambda: 1000)
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
+    specs = [_spec("pypi_gguf", tiny_gguf, name="tiny-a"), _spec("pypi_gguf", tiny_gguf, name="tiny-b")]
+    model_cache.convert_all(specs)
+    assert counted == {"fetch": 2, "convert": 2}
+    why = "GiB of memory needed, 0.0 GiB available" if short == "memory" else "(1 core(s))"
+    assert "converting 2 models one after the other" in caplog.text and why in caplog.text
+
+
+def test_the_gguf_header_gives_the_float32_size(tiny_gguf, tmp_path):
+    from gguf import GGUFReader
+
+    table = GGUFReader(str(tiny_gguf[0])).tensors
+    assert model_cache._f32_bytes(tiny_gguf[0]) == 4 * sum(int(t.n_elements) for t in table)
+    assert model_cache._f32_bytes(tiny_gguf[0]) == 4 * sum(p.numel() for p in tiny_gguf[2].parameters())
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(tiny_gguf[0].read_bytes()[:200])
+    assert model_cache._f32_bytes(bad) is None
+
+
+def test_a_conversion_failing_in_the_child_process_names_its_model(tiny_gguf, tmp_path, monkeypatch, caplog):
+    """The second model's GGUF is readable but of an architecture transformers cannot convert: the first model
+    converts, the child fails, and the error names the second model and the child's reason."""
+    import gguf
+
+    bogus = tmp_path / "bogus.gguf"
+    w = gguf.GGUFWriter(str(bogus), "bogus-arch")
+    w.add_tensor("token_embd.weight", torch.zeros(4, 8).numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(model_cache, "_cores", lambda: 2)
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
+    specs = [_spec("gguf", tiny_gguf, name="tiny-a"), {"name": "bogus", "source": "gguf", "path": str(bogus)}]
+    with pytest.raises(ModelLoadError, match=r"preparing bogus in a separate process failed \(exit 1\): .*bogus"):
+        model_cache.convert_all(specs)
+    assert "converting 2 models at once" in caplog.text
+    _assert_faithful(str(tmp_path / "cache" / "models" / "tiny-a"), tiny_gguf)
+    assert not (tmp_path / "cache" / "models" / "bogus").exists()

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.job.model_cache import ModelLoadError, materialize
+from harness.job.model_cache import ModelLoadError, materialize, convert_all
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,8 @@ def build_tiny_random(config: Mapping[str, Any], seed: int, vocab_size: int, att
 
     Args:
         config: ``model_type`` (``"qwen2"`` or ``"llama"``), optional ``logit_scale`` (LM-head multiplier,
-            default 4) plus config fields (hidden_size, num_hidden_layers, ...). ``vocab_size`` defaults to the tokenizer's size; a larger value pads the embedding as
-            real checkpoints do.
+            default 4) plus config fields (hidden_size, num_hidden_layers, ...). ``vocab_size`` defaults to the
+            tokenizer's size; a larger value pads the embedding as real checkpoints do.
         seed: the torch seed for initialisation.
         vocab_size: the tokenizer's vocabulary size (lower bound for the embedding size).
         attn_implementation: transformers' attention kernel (``"sdpa"``, ``"eager"``, ...); None = its default.
@@ -163,7 +163,8 @@ def load_tokenizer(spec: Mapping[str, Any]):
     return AutoTokenizer.from_pretrained(materialize(spec), **_revision(spec))
 
 
-def load_model(spec: Mapping[str, Any], dtype: torch.dtype, device: torch.device, attn_implementation: str | None = None):
+def load_model(spec: Mapping[str, Any], dtype: torch.dtype, device: torch.device,
+               attn_implementation: str | None = None):
     """Load one model in ``dtype`` on ``device``; raises :class:`ModelLoadError` with a fix."""
     from transformers import AutoModelForCausalLM
 
@@ -256,6 +257,7 @@ def check_fits(model_cfg: Mapping[str, Any], device: str | torch.device = "auto"
         return
     dtype = resolve_dtype(model_cfg.get("dtype", "auto"), dev)
     specs = [model_cfg["target"]] + ([model_cfg["draft"]] if model_cfg.get("draft") is not None and need_draft else [])
+    convert_all(specs)  # GGUF sources converted at once where the machine allows
     need = sum(weight_bytes(s, dtype) for s in specs)
     free, total = torch.cuda.mem_get_info(dev)
     problem = fit_problem(str(model_cfg.get("name")), need, free, total, dev, dtype)
@@ -284,6 +286,8 @@ def load_pair(model_cfg: Mapping[str, Any], device: str | torch.device = "auto",
     if requested == "auto":
         log.info("model.dtype=auto -> %s on %s", str(dtype).replace("torch.", ""), dev)
     target_spec, draft_spec = model_cfg["target"], model_cfg.get("draft")
+    # GGUF sources are converted first, at once where the machine allows (harness.job.model_cache.convert_all)
+    convert_all([target_spec, *([draft_spec] if draft_spec is not None and need_draft else [])])
     target_tok = load_tokenizer(target_spec)
     draft_name = None
     if draft_spec is not None:
