@@ -310,8 +310,8 @@ def select(agg: pd.DataFrame, nodes: dict[str, dict[str, Any]], metric: str = "s
         tied = [p for p in eligible if best - p.score <= tie_tolerance]
         choice.chosen = min(tied, key=lambda p: (p.width, p.name))
         if len(tied) > 1:
-            choice.chosen.notes.append(f"tie within {tie_tolerance:g} with "
-                                       f"{', '.join(p.name for p in tied if p is not choice.chosen)}: narrower interval")
+            others = ", ".join(p.name for p in tied if p is not choice.chosen)
+            choice.chosen.notes.append(f"tie within {tie_tolerance:g} with {others}: narrower interval")
     return choices
 
 
@@ -357,7 +357,7 @@ def _judge(p: Point, tasks: list[str], vanilla: dict[str, pd.DataFrame], metric:
             problems.append(f"{p.name} is incomplete on {t}: {int(r['samples'])} of {n_vanilla} samples, "
                             f"{failed} failed cells (resume the tuning run: the same command again; failed "
                             "cells are retried)")
-        if columns.num(pd.Series([r.get("equal_to_vanilla")])).iloc[0] < 1:
+        if columns.num_value(r.get("equal_to_vanilla")) < 1:
             where = f"on {t} (samples {', '.join(r.get('divergent_samples') or []) or '?'})"
             if str(r.get("dtype")) == "float32":
                 problems.append(f"{p.name} differs from vanilla in float32 {where}: a lossless decoder must "
@@ -365,9 +365,9 @@ def _judge(p: Point, tasks: list[str], vanilla: dict[str, pd.DataFrame], metric:
             elif not allow_half_divergence:
                 diverged.append(f"{p.name}: output differs from vanilla in {r.get('dtype')} {where}; equality "
                                 "is required (--allow-half-divergence admits half-precision divergences)")
-    vals = [columns.num(pd.Series([p.per_task[t].get(metric)])).iloc[0] for t in tasks]
-    widths = [columns.num(pd.Series([p.per_task[t].get(high)])).iloc[0]
-              - columns.num(pd.Series([p.per_task[t].get(low)])).iloc[0] for t in tasks]
+    vals = [columns.num_value(p.per_task[t].get(metric)) for t in tasks]
+    widths = [columns.num_value(p.per_task[t].get(high))
+              - columns.num_value(p.per_task[t].get(low)) for t in tasks]
     p.score = float(sum(vals) / len(vals))
     p.width = float(sum(widths) / len(widths)) if all(math.isfinite(w) for w in widths) else math.inf
     if not math.isfinite(p.score):

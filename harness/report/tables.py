@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from harness.rows import columns as schema
-from harness.rows.columns import EQUALITY_SAMPLED, SUMMARY_MD_COLUMNS, format_value, legend, num
+from harness.rows.columns import EQUALITY_SAMPLED, SUMMARY_MD_COLUMNS, format_value, legend, num, num_value
 from harness.rows.stats import MIN_INTERVAL_SAMPLES
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def coverage_cell(r: Mapping[str, Any], unit: str = "samples") -> str:
     run group's 5 (``paired_<unit>`` of ``group_<unit>``; ``<unit>`` alone for rows without them)."""
     n, total = num(pd.Series([r.get(f"paired_{unit}"), r.get(f"group_{unit}")]))
     if pd.isna(n):
-        v = num(pd.Series([r.get(unit)])).iloc[0]
+        v = num_value(r.get(unit))
         return "-" if pd.isna(v) else f"{int(v)}"
     return f"{int(n)}/{int(total)}" if not pd.isna(total) and total > n else f"{int(n)}"
 
@@ -182,7 +182,7 @@ def interval_cell(r: pd.Series, col: str, fmt: str = ".2f", note_few: bool = Tru
     if pd.isna(r.get(col)):
         return "-"
     if pd.isna(r.get(f"{col}_low")):
-        n = num(pd.Series([r.get("paired_samples", r.get("samples"))])).iloc[0]
+        n = num_value(r.get("paired_samples", r.get("samples")))
         few = note_few and not pd.isna(n) and n < MIN_INTERVAL_SAMPLES and f"{col}_low" in r
         return format(r[col], fmt) + (" (n too small)" if few else "")
     return f"{r[col]:{fmt}} [{r[f'{col}_low']:{fmt}}, {r[f'{col}_high']:{fmt}}]"

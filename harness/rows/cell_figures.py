@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from harness.rows.columns import (COUNTER_COLUMNS, EQUALITY_EXACT, EQUALITY_SAMPLED, LATENCY_PERCENTILES, fmt_value,
-                                  norm, num)
+                                  norm, num, num_value)
 from harness.rows.grouping import draft_shape, is_sampled, ok_rows, params_of
 from harness.rows.stats import (MIN_INTERVAL_SAMPLES, bootstrap_weights, expected_accept_length, interval,
                                 seed_interval, theory_speedup, wilson_interval)
@@ -173,7 +173,7 @@ def cell_theory(g: pd.DataFrame, rec: Mapping[str, Any], cost_ratio: float | Non
     drafted = num(g["num_drafted"]).sum() if "num_drafted" in g else 0.0
     decode_steps = (num(g["num_steps"]) - 1).clip(lower=0).sum()
     alpha = num(g["num_accepted"]).sum() / drafted if drafted else math.nan
-    gamma = num(pd.Series([p.get("gamma")])).iloc[0]
+    gamma = num_value(p.get("gamma"))
     if pd.isna(gamma):
         gamma = drafted / decode_steps if drafted and decode_steps else math.nan
     shape = draft_shape(g)

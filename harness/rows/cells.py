@@ -176,7 +176,8 @@ def group_coverage(rows: pd.DataFrame, figures: pd.DataFrame,
         key = key if isinstance(key, tuple) else (key,)
         universe, cells = samples_of(all_g), cells_of(all_g)
         f = fig.get(key, figures.iloc[0:0])
-        per = {lab: cells_of(f[f["label"] == lab]) for lab in dict.fromkeys(all_g["label"])}
+        by_label = {lab: cells_of(fl) for lab, fl in f.groupby("label", sort=False)}
+        per = {lab: by_label.get(lab, set()) for lab in dict.fromkeys(all_g["label"])}
         warn = []
         if len({frozenset(s) for s in per.values()}) > 1:
             turns = len(cells) > len(universe)  # a multi-turn task: say cells, not samples
@@ -207,9 +208,9 @@ def cell_coverage(all_g: pd.DataFrame, g: pd.DataFrame, unpaired: pd.DataFrame |
     """
     unpaired = unpaired if unpaired is not None else g.iloc[0:0]
     ok = _ok(all_g)
-    bad = all_g[~ok]
-    rec = {"samples": len(samples_of(all_g[ok])), "paired_samples": len(samples_of(g)),
-           "cells": len(cells_of(all_g[ok])), "paired_cells": len(cells_of(g)),
+    measured, bad = (all_g, all_g.iloc[0:0]) if ok.all() else (all_g[ok], all_g[~ok])
+    rec = {"samples": len(samples_of(measured)), "paired_samples": len(samples_of(g)),
+           "cells": len(cells_of(measured)), "paired_cells": len(cells_of(g)),
            "unpaired": len(unpaired), "failed": len(bad),
            "failed_statuses": count_values(bad["status"]) if len(bad) else ""}
     where = f"{all_g['label'].iloc[0]} ({all_g['group'].iloc[0]})" if "group" in all_g else str(all_g["label"].iloc[0])
@@ -278,9 +279,9 @@ def collapse_duplicates(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def fold_copies(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Folders holding the same cells of one run (same ``run_id`` and cell, :func:`harness.rows.identity.cell_key`: a run
-    and a copy of it, whole or partial) are one run: their rows get the first such folder's ``run_dir``, so the
-    caller's one-row-per-cell rule counts each cell once; each copy is named in a warning. Folders of one run
+    """Folders holding the same cells of one run (same ``run_id`` and cell, :func:`harness.rows.identity.cell_key`:
+    a run and a copy of it, whole or partial) are one run: their rows get the first such folder's ``run_dir``, so
+    the caller's one-row-per-cell rule counts each cell once; each copy is named in a warning. Folders of one run
     that share no cell (shards) are left apart.
 
     Returns:

@@ -29,7 +29,7 @@ import pandas as pd
 
 from decoders.columns import statistics as decoder_statistics
 # the value helpers every reader of the schema uses, kept importable from here (columns.num, columns.format_value)
-from harness.rows.values import fmt_value, format_value, norm, num  # noqa: F401
+from harness.rows.values import fmt_value, format_value, norm, num, num_value  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,8 @@ ROW_COLUMNS: tuple[Column, ...] = (
 #: What summary.md and the report say for each ``code_isolation`` value (the sandbox: tasks/sandbox.py).
 CODE_ISOLATION_TEXT = {
     "namespaces:root": "OS isolation (root): PID, network, IPC, UTS and mount namespaces; uid/gid 65534, no "
-                       "capabilities, no_new_privs; read-only filesystem, a size-capped tmpfs as the only writable folder",
+                       "capabilities, no_new_privs; read-only filesystem, a size-capped tmpfs as the only writable "
+                       "folder",
     "namespaces:userns": "OS isolation (userns): PID, network, IPC, UTS and mount namespaces; a user namespace's root "
                          "with no capabilities, no_new_privs; read-only filesystem, a size-capped tmpfs as the only "
                          "writable folder",

@@ -10,6 +10,7 @@ import logging
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from harness.rows.columns import CORE_COLUMNS, EQUALITY_EXACT, LOAD_COLUMNS, PAIR_KEYS, fmt_value, num
@@ -41,18 +42,25 @@ def replicate_noise(g: pd.DataFrame, value: str) -> tuple[float, int]:
     if g.empty or value not in g:
         return math.nan, 0
     x = num(g[value])
-    rep = g["run_id"].astype(str) + "#" + g["repeat"].astype(str)
-    sample = g["task"].astype(str) + "/" + g["sample_id"].astype(str) + "#" + g["turn"].astype(str)
-    means = x.groupby(rep, sort=False).mean()
-    sets = sample.groupby(rep, sort=False).agg(lambda s: hash(frozenset(s)))
+    codes: dict[tuple[str, str], int] = {}  # replicate (run_id, repeat) -> its number, in first-seen order
+    rep = [codes.setdefault(k, len(codes)) for k in zip(map(str, g["run_id"]), map(str, g["repeat"]))]
+    samples = list(zip(map(str, g["task"]), map(str, g["sample_id"]), map(str, g["turn"])))
+    means = x.groupby(np.asarray(rep), sort=False).mean()  # position i: replicate i
+    covered: dict[int, set] = {}  # replicate -> the samples it measured
+    reps_of: dict[tuple, set] = {}  # sample -> the replicates that measured it
+    for r, sample in zip(rep, samples):
+        covered.setdefault(r, set()).add(sample)
+        reps_of.setdefault(sample, set()).add(r)
+    same_samples: dict[frozenset, list[int]] = {}
+    for r in range(len(codes)):
+        same_samples.setdefault(frozenset(covered[r]), []).append(r)
     ss, dof = 0.0, 0
-    for _, reps in sets.groupby(sets, sort=False):
-        m = means[reps.index].dropna()
+    for reps in same_samples.values():
+        m = means.iloc[reps].dropna()
         if len(m) >= 2:
             ss += float(((m - m.mean()) ** 2).sum())
             dof += len(m) - 1
-    per_sample = rep.groupby(sample, sort=False).nunique()
-    return (math.sqrt(ss / dof) if dof else math.nan), int(per_sample.min())
+    return (math.sqrt(ss / dof) if dof else math.nan), min(len(r) for r in reps_of.values())
 
 
 def load_columns(rows: pd.DataFrame) -> list[str]:
@@ -124,20 +132,32 @@ def iter_warnings(frames: Iterable[pd.DataFrame]) -> list[str]:
     return list(seen)
 
 
+#: Suffix of vanilla's quality columns beside a decoder's in :func:`lossless_quality_flags`.
+VANILLA_SUFFIX = " (vanilla)"
+
+
 def lossless_quality_flags(agg: pd.DataFrame, rows: pd.DataFrame, quality: Sequence[str]) -> None:
     """Warn, per greedy cell, where a decoder's quality differs from vanilla's on the same samples: lossless
     decoders must score what vanilla scores; in bfloat16 they can leave vanilla's tokens (rounding in a wider
     verification), and the score then moves with that divergence, not with the decoder."""
     ok = ok_rows(rows)
+    scored = [q for q in dict.fromkeys(quality) if q in ok]
     keys = [k for k in PAIR_KEYS if k in ok]
-    vanilla = ok[ok["decoder"] == "vanilla"].drop_duplicates(keys, keep="last").set_index(keys)
-    for i, rec in agg.iterrows():
-        if rec["decoder"] == "vanilla" or rec.get("equality_check") != EQUALITY_EXACT or vanilla.empty:
+    if not scored or ok.empty:
+        return
+    vanilla = ok[ok["decoder"] == "vanilla"].drop_duplicates(keys, keep="last")[[*keys, *scored]]
+    if vanilla.empty:
+        return
+    decoders = ok[ok["decoder"] != "vanilla"][list(dict.fromkeys(["group", "label", *keys, *scored]))]
+    paired = decoders.merge(vanilla, on=keys, how="inner", suffixes=("", VANILLA_SUFFIX))  # same sample and repeat
+    cells = dict(iter(paired.groupby(["group", "label"], sort=False)))
+    for rec in agg[[c for c in ("group", "label", "decoder", "equality_check", "warnings", "divergent_samples",
+                                "equal_to_vanilla") if c in agg]].to_dict("records"):  # the lists are agg's own
+        g = cells.get((rec["group"], rec["label"]))
+        if rec["decoder"] == "vanilla" or rec.get("equality_check") != EQUALITY_EXACT or g is None:
             continue
-        g = ok[(ok["group"] == rec["group"]) & (ok["label"] == rec["label"])].set_index(keys)
-        common = g.index.intersection(vanilla.index)
-        for q in (q for q in quality if q in g and q in vanilla):
-            a, b = num(g.loc[common, q]), num(vanilla.loc[common, q])
+        for q in scored:
+            a, b = num(g[q]), num(g[q + VANILLA_SUFFIX])
             differ = a.notna() & b.notna() & (a != b)
             if differ.any():
                 rec["warnings"].append(

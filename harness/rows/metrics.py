@@ -95,7 +95,7 @@ from harness.rows import cells as coverage
 from harness.rows.cell_figures import (cell_latency, cell_quality, cell_stats, cell_theory, cost_ratio_of,
                                        counters)
 from harness.rows.columns import (PAIR_KEYS, RUN_IDENTITY_FIELDS, SUMMARY_COLUMNS, SUMMARY_ID_COLUMNS, fmt_value,
-                                  norm, num)
+                                  norm, num, num_value)
 from harness.rows.flags import (LOAD_MARGIN, emulated_half_warning, load_stats, run_warnings, load_warning,
                                 lossless_quality_flags, replicate_noise)
 from harness.rows.grouping import (decoder_param_columns, ok_rows, params_of, prepare,
@@ -117,8 +117,9 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         ``rows`` (status ``ok`` only) with ``vanilla_tokens_per_s``, ``vanilla_wall_time_s``,
-        ``vanilla_new_tokens``, ``vanilla_tpot_s`` (where rows have ``tpot_s``), ``speedup`` (NaN where vanilla has no ok row), ``decode_speedup`` (the paired
-        ratio of ``decode_tokens_per_s``; NaN where either side has none), ``cross_process`` (the row is
+        ``vanilla_new_tokens``, ``vanilla_tpot_s`` (where rows have ``tpot_s``), ``speedup`` (NaN where vanilla
+        has no ok row), ``decode_speedup`` (the paired ratio of ``decode_tokens_per_s``; NaN where either side has
+        none), ``cross_process`` (the row is
         paired with a vanilla row written by another process: the row says so, or the two ``attempt_id``
         differ), ``in_figures`` (the row is a figure row: paired, or in a group without vanilla rows) and
         ``vanilla_status`` (:func:`harness.rows.cells.mark_pairs`).
@@ -167,11 +168,13 @@ def _order(agg: pd.DataFrame) -> pd.DataFrame:
     params = decoder_param_columns(agg)
 
     def natural(v: Any) -> tuple:
-        n = num(pd.Series([v])).iloc[0]
+        n = num_value(v)
         return (0, float(n), "") if not pd.isna(n) else (1, 0.0, str(v))
 
+    records = agg[[c for c in ("group", "decoder", "decoder_params", "label") if c in agg]].to_dict("records")
+
     def key(i: int) -> tuple:
-        r = agg.iloc[i]
+        r = records[i]
         p = params_of(r.get("decoder_params"))
         return (groups[r["group"]], dec_order.index(r["decoder"]), *[natural(p.get(k)) for k in params],
                 [natural(part) for part in re.split(r"(\d+(?:\.\d+)?)", str(r["label"]))])  # gamma=2 before =12
