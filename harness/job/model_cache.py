@@ -375,14 +375,24 @@ def _cache_lock(name: str):
 _PREPARED: set[Path] = set()
 
 
+#: GGUF files this run fetched or checked a moment ago (:func:`convert_all`, before converting them): not hashed
+#: again, and not logged as found in the cache.
+_CHECKED_GGUF: set[Path] = set()
+
+
 def _gguf_file(spec: Mapping[str, Any], name: str) -> Path:
     """The checked GGUF file of a GGUF ``spec``: its ``path`` (source ``gguf``), or the cache's copy, fetched when
     missing or failing its check (the caller holds ``name``'s lock)."""
     if spec["source"] == "gguf":
         gguf = Path(os.path.expanduser(str(spec["path"])))
-        check_gguf(gguf, spec.get("sha256"))
+        if gguf not in _CHECKED_GGUF:
+            check_gguf(gguf, spec.get("sha256"))
+        _CHECKED_GGUF.discard(gguf)
         return gguf
     gguf = cache_dir() / "gguf" / f"{name}.gguf"
+    if gguf in _CHECKED_GGUF and gguf.exists():
+        _CHECKED_GGUF.discard(gguf)
+        return gguf
     if gguf.exists():
         try:
             check_gguf(gguf, spec.get("sha256"))
@@ -539,11 +549,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _die_with(parent: int) -> None:
+    """In a child process, before it runs: have Linux send it SIGTERM when ``parent`` dies (a run stopped by SIGTERM
+    or SIGKILL stops its conversions too; what they wrote is a temporary folder, never trusted). Linux ties this to
+    the thread that started the child, which waits for it (:func:`_convert_at_once`). Elsewhere a no-op."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # the parent died before the call
+        os._exit(1)
+
+
 class _Child:
     """A ``python -m harness.job.model_cache`` process materializing one spec; its log records are relayed into this
     process's loggers (so a run's log file holds them), other output goes to this process's stderr."""
 
-    def __init__(self, spec: Mapping[str, Any], name: str):
+    def __init__(self, spec: Mapping[str, Any], name: str, gguf: Path):
         import threading
 
         self.name = name
@@ -551,8 +576,11 @@ class _Child:
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
                "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.job.model_cache", json.dumps(_plain(spec))],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        parent = os.getpid()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.job.model_cache", json.dumps(_plain(spec)), str(gguf)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=(lambda: _die_with(parent)) if os.name == "posix" else None)
         self._relay = threading.Thread(target=self._read, daemon=True)
         self._relay.start()
 
@@ -580,56 +608,68 @@ class _Child:
         self._relay.join()
 
 
+def _convert_at_once(fetched: list[tuple[Mapping[str, Any], Path]]) -> None:
+    """Convert the fetched models (spec, checked GGUF file) at the same time, the first here and each other one in a
+    :class:`_Child`, where cores and memory allow (:func:`convert_all`); else log why not (:func:`convert_all`'s
+    last loop then converts them one after the other)."""
+    sizes = [_f32_bytes(g) for _, g in fetched]
+    need = None if None in sizes else CONVERT_PEAK_PER_F32_BYTE * sum(sizes)
+    free, cores = _available_memory(), _cores()
+    gib = 2 ** 30
+    if need is None or free is None or need > free or cores < len(fetched):
+        why = ("a GGUF file's tensor table could not be read" if need is None
+               else "the available memory is unknown" if free is None
+               else f"~{need / gib:.1f} GiB of memory needed, {free / gib:.1f} GiB available" if need > free
+               else f"{cores} core(s)")
+        log.info("converting %d models one after the other (%s)", len(fetched), why)
+        return
+    log.info("converting %d models at once, one process each (~%.1f GiB of memory needed, %.1f GiB available, %d "
+             "cores)", len(fetched), need / gib, free / gib, cores)
+    children = [_Child(spec, spec.get("name") or "model", gguf) for spec, gguf in fetched[1:]]
+    try:
+        materialize(fetched[0][0])
+        for child in children:
+            child.wait()
+    except BaseException:
+        for child in children:
+            child.kill()
+        raise
+    for spec, gguf in fetched[1:]:
+        _PREPARED.add(cache_dir() / "models" / (spec.get("name") or "model"))
+        _CHECKED_GGUF.discard(gguf)
+
+
 def convert_all(specs: list[Mapping[str, Any]]) -> None:
     """Fetch and convert the GGUF sources among ``specs`` (others are left to :func:`materialize`), those that need
     it at the same time, each in its own process, where there are cores and memory for it.
 
-    A conversion dequantizes in Python on one core (the Qwen2.5-Coder pair on a 2-core AMD EPYC: ~2 min for the
-    1.5B target, ~1.8 min for the 0.5B draft one after the other, ~2.7 min for both at once, fetches included).
-    So when two or more need converting, their GGUF files are fetched first (one after the other), then the
-    first is converted here while each other one converts in a child process (``python -m
-    harness.job.model_cache``; its log lines are relayed to this process's loggers); only with at least as many
-    cores as conversions and with ``CONVERT_PEAK_PER_F32_BYTE`` times their float32 weights available in memory
-    (Linux ``MemAvailable``), else one after the other, as the log says.
+    A conversion dequantizes in Python on one core (the Qwen2.5-Coder pair on a 2-core AMD EPYC: ~3.9 min one after
+    the other, ~2.5 min at once, fetches included). So when two or more need converting, their GGUF files are
+    fetched and checked first (one after the other, each under its lock; a model another process converted
+    meanwhile is skipped), then the first is converted here while each other one converts in a child process
+    (``python -m harness.job.model_cache``; its log lines are relayed to this process's loggers; it dies with this
+    process); only with at least as many cores as conversions and with ``CONVERT_PEAK_PER_F32_BYTE`` times their
+    float32 weights available in memory (Linux ``MemAvailable``), else one after the other, as the log says.
 
     Raises:
         ModelLoadError: as :func:`materialize`; a failed child conversion names its model and its error.
     """
     todo = [s for s in specs if s.get("source") in GGUF_SOURCES and not _converted(s, s.get("name") or "model")]
-    if len(todo) >= 2:
-        ggufs = []
-        for s in todo:
-            name = s.get("name") or "model"
-            if s["source"] == "gguf" and not Path(os.path.expanduser(str(s["path"]))).exists():
-                break  # materialize says what to fix
-            with _cache_lock(name):
-                _remove_leftovers(name)
-                ggufs.append(_gguf_file(s, name))
-        sizes = [_f32_bytes(g) for g in ggufs]
-        need = None if len(ggufs) < len(todo) or None in sizes else CONVERT_PEAK_PER_F32_BYTE * sum(sizes)
-        free, cores = _available_memory(), _cores()
-        gib = 2 ** 30
-        if need is not None and free is not None and need <= free and cores >= len(todo):
-            log.info("converting %d models at once, one process each (~%.1f GiB of memory needed, %.1f GiB "
-                     "available, %d cores)", len(todo), need / gib, free / gib, cores)
-            children = [_Child(s, s.get("name") or "model") for s in todo[1:]]
-            try:
-                materialize(todo[0])
-                for child in children:
-                    child.wait()
-            except BaseException:
-                for child in children:
-                    child.kill()
-                raise
-            for s in todo[1:]:
-                _PREPARED.add(cache_dir() / "models" / (s.get("name") or "model"))
-        else:
-            why = ("the GGUF files' tensor tables could not be read" if need is None and len(ggufs) == len(todo)
-                   else "a GGUF file is missing" if need is None
-                   else "the available memory is unknown" if free is None
-                   else f"~{need / gib:.1f} GiB of memory needed, {free / gib:.1f} GiB available" if need > free
-                   else f"{cores} core(s)")
-            log.info("converting %d models one after the other (%s)", len(todo), why)
+    fetched: list[tuple[Mapping[str, Any], Path]] = []  # models to convert, their GGUF files fetched and checked
+    for s in todo if len(todo) >= 2 else ():
+        name = s.get("name") or "model"
+        if s["source"] == "gguf" and not Path(os.path.expanduser(str(s["path"]))).exists():
+            fetched = []  # materialize says what to fix
+            break
+        with _cache_lock(name):
+            if _converted(s, name):  # converted meanwhile by another process, which held the lock
+                continue
+            _remove_leftovers(name)
+            gguf = _gguf_file(s, name)
+            _CHECKED_GGUF.add(gguf)
+            fetched.append((s, gguf))
+    if len(fetched) >= 2:
+        _convert_at_once(fetched)
     for s in specs:
         if s.get("source") in GGUF_SOURCES:
             materialize(s)
@@ -646,14 +686,19 @@ class _RelayFormatter(logging.Formatter):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.job.model_cache '<spec as JSON>'``: :func:`materialize` one spec (the child process of
-    :func:`convert_all`), logging in the relayed format; exit 1 on failure."""
+    """``python -m harness.job.model_cache '<spec as JSON>' [<its GGUF file, checked>]``: :func:`materialize` one
+    spec (the child process of :func:`convert_all`, which fetched and checked the GGUF file), logging in the relayed
+    format; exit 1 on failure, 130 on an interrupt."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_RelayFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1:
+        _CHECKED_GGUF.add(Path(args[1]))
     try:
         materialize(json.loads(args[0]))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent reports it
+        return 130
     except ModelLoadError as e:
         log.error("%s", e)
         return 1
