@@ -24,13 +24,14 @@ import json
 import logging
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -549,19 +550,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _die_with(parent: int) -> None:
-    """In a child process, before it runs: have Linux send it SIGTERM when ``parent`` dies (a run stopped by SIGTERM
-    or SIGKILL stops its conversions too; what they wrote is a temporary folder, never trusted). Linux ties this to
-    the thread that started the child, which waits for it (:func:`_convert_at_once`). Elsewhere a no-op."""
+def _dying_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has Linux send the child SIGTERM when this process dies (a run stopped by SIGTERM or
+    SIGKILL stops its conversions too; what they wrote is a temporary folder, never trusted), or None where there
+    is no ``prctl``. Everything is looked up here, in the parent: between fork and exec the child only makes the
+    call (no import, whose lock another thread may have held at the fork). Linux ties the signal to the thread that
+    started the child, which waits for it (:func:`_convert_at_once`)."""
     try:
         import ctypes
-        import signal
 
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        prctl = ctypes.CDLL(None).prctl
     except (OSError, AttributeError):  # not Linux
-        return
-    if os.getppid() != parent:  # the parent died before the call
-        os._exit(1)
+        return None
+    parent, signum = os.getpid(), int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(1, signum)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this process died before the call
+            os._exit(1)
+
+    return preexec
 
 
 class _Child:
@@ -576,11 +584,10 @@ class _Child:
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
                "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-        parent = os.getpid()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.job.model_cache", json.dumps(_plain(spec)), str(gguf)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-            preexec_fn=(lambda: _die_with(parent)) if os.name == "posix" else None)
+            preexec_fn=_dying_with_this_process())
         self._relay = threading.Thread(target=self._read, daemon=True)
         self._relay.start()
 
