@@ -481,6 +481,17 @@ def test_a_model_converted_meanwhile_by_another_process_is_not_fetched_again(tin
     assert "at once" not in caplog.text  # one model was left to convert
 
 
+def test_a_model_named_twice_converts_once(tiny_gguf, tmp_path, monkeypatch, counted, caplog):
+    """A pair whose draft is its target (one cache name) is one conversion, not two at once."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(model_cache, "_cores", lambda: 2)
+    caplog.set_level(logging.INFO, logger="harness.job.model_cache")
+    spec = _spec("pypi_gguf", tiny_gguf, name="tiny-a")
+    model_cache.convert_all([spec, dict(spec)])
+    assert counted == {"fetch": 1, "convert": 1}
+    assert "at once" not in caplog.text and "one after the other" not in caplog.text
+
+
 @pytest.mark.parametrize("short", ["memory", "cores"])
 def test_conversions_run_one_after_the_other_without_the_memory_or_cores(short, tiny_gguf, tmp_path, monkeypatch,
                                                                         counted, caplog):

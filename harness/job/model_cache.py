@@ -29,9 +29,10 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -376,8 +377,18 @@ def _cache_lock(name: str):
 _PREPARED: set[Path] = set()
 
 
-#: GGUF files this run fetched or checked a moment ago (:func:`convert_all`, before converting them): not hashed
-#: again, and not logged as found in the cache.
+def _name(spec: Mapping[str, Any]) -> str:
+    """The cache name of ``spec``'s model: its ``name``, else ``model``."""
+    return spec.get("name") or "model"
+
+
+def _folder(name: str) -> Path:
+    """The converted folder of the model named ``name`` in the cache."""
+    return cache_dir() / "models" / name
+
+
+#: GGUF files fetched or checked a moment ago, while :func:`convert_all` runs (and in its child processes): not
+#: hashed again, and not logged as found in the cache.
 _CHECKED_GGUF: set[Path] = set()
 
 
@@ -388,11 +399,9 @@ def _gguf_file(spec: Mapping[str, Any], name: str) -> Path:
         gguf = Path(os.path.expanduser(str(spec["path"])))
         if gguf not in _CHECKED_GGUF:
             check_gguf(gguf, spec.get("sha256"))
-        _CHECKED_GGUF.discard(gguf)
         return gguf
     gguf = cache_dir() / "gguf" / f"{name}.gguf"
     if gguf in _CHECKED_GGUF and gguf.exists():
-        _CHECKED_GGUF.discard(gguf)
         return gguf
     if gguf.exists():
         try:
@@ -411,12 +420,12 @@ def _gguf_file(spec: Mapping[str, Any], name: str) -> Path:
 
 def _converted(spec: Mapping[str, Any], name: str) -> bool:
     """Whether ``spec``'s converted folder is in the cache and checks out (read without the lock: a hint)."""
-    out_dir = cache_dir() / "models" / name
+    out_dir = _folder(name)
     return out_dir.exists() and verify_converted(out_dir, _source_identity(spec)) is None
 
 
 def _materialize_gguf(spec: Mapping[str, Any], name: str) -> str:
-    out_dir = cache_dir() / "models" / name
+    out_dir = _folder(name)
     expected = _source_identity(spec)
     with _cache_lock(name):
         if out_dir.exists():
@@ -446,7 +455,7 @@ def materialize(spec: Mapping[str, Any]) -> str:
         ModelLoadError: an unknown source, a missing file or folder, a failed fetch or check.
     """
     source = spec.get("source")
-    name = spec.get("name") or "model"
+    name = _name(spec)
     if source == "hub":
         return str(spec["id"])
     if source == "local":
@@ -545,7 +554,7 @@ def _plain(value: Any) -> Any:
     """``value`` as JSON-able builtins (a config's mappings and lists)."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):  # OmegaConf's ListConfig too
         return [_plain(v) for v in value]
     return value
 
@@ -577,8 +586,6 @@ class _Child:
     process's loggers (so a run's log file holds them), other output goes to this process's stderr."""
 
     def __init__(self, spec: Mapping[str, Any], name: str, gguf: Path):
-        import threading
-
         self.name = name
         self.errors: list[str] = []
         root = str(Path(__file__).resolve().parents[2])
@@ -632,7 +639,7 @@ def _convert_at_once(fetched: list[tuple[Mapping[str, Any], Path]]) -> None:
         return
     log.info("converting %d models at once, one process each (~%.1f GiB of memory needed, %.1f GiB available, %d "
              "cores)", len(fetched), need / gib, free / gib, cores)
-    children = [_Child(spec, spec.get("name") or "model", gguf) for spec, gguf in fetched[1:]]
+    children = [_Child(spec, _name(spec), gguf) for spec, gguf in fetched[1:]]
     try:
         materialize(fetched[0][0])
         for child in children:
@@ -641,9 +648,8 @@ def _convert_at_once(fetched: list[tuple[Mapping[str, Any], Path]]) -> None:
         for child in children:
             child.kill()
         raise
-    for spec, gguf in fetched[1:]:
-        _PREPARED.add(cache_dir() / "models" / (spec.get("name") or "model"))
-        _CHECKED_GGUF.discard(gguf)
+    for spec, _ in fetched[1:]:
+        _PREPARED.add(_folder(_name(spec)))
 
 
 def convert_all(specs: list[Mapping[str, Any]]) -> None:
@@ -661,25 +667,28 @@ def convert_all(specs: list[Mapping[str, Any]]) -> None:
     Raises:
         ModelLoadError: as :func:`materialize`; a failed child conversion names its model and its error.
     """
-    todo = [s for s in specs if s.get("source") in GGUF_SOURCES and not _converted(s, s.get("name") or "model")]
+    ggufs = list({_name(s): s for s in specs if s.get("source") in GGUF_SOURCES}.values())  # one per cache name
+    todo = [s for s in ggufs if not _converted(s, _name(s))] if len(ggufs) >= 2 else []
     fetched: list[tuple[Mapping[str, Any], Path]] = []  # models to convert, their GGUF files fetched and checked
-    for s in todo if len(todo) >= 2 else ():
-        name = s.get("name") or "model"
-        if s["source"] == "gguf" and not Path(os.path.expanduser(str(s["path"]))).exists():
-            fetched = []  # materialize says what to fix
-            break
-        with _cache_lock(name):
-            if _converted(s, name):  # converted meanwhile by another process, which held the lock
-                continue
-            _remove_leftovers(name)
-            gguf = _gguf_file(s, name)
-            _CHECKED_GGUF.add(gguf)
-            fetched.append((s, gguf))
-    if len(fetched) >= 2:
-        _convert_at_once(fetched)
-    for s in specs:
-        if s.get("source") in GGUF_SOURCES:
+    try:
+        for s in todo if len(todo) >= 2 else ():
+            name = _name(s)
+            if s["source"] == "gguf" and not Path(os.path.expanduser(str(s["path"]))).exists():
+                fetched = []  # materialize says what to fix
+                break
+            with _cache_lock(name):
+                if _converted(s, name):  # converted meanwhile by another process, which held the lock
+                    continue
+                _remove_leftovers(name)
+                gguf = _gguf_file(s, name)
+                _CHECKED_GGUF.add(gguf)
+                fetched.append((s, gguf))
+        if len(fetched) >= 2:
+            _convert_at_once(fetched)
+        for s in ggufs:
             materialize(s)
+    finally:
+        _CHECKED_GGUF.clear()
 
 
 class _RelayFormatter(logging.Formatter):

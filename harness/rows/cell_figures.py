@@ -82,10 +82,10 @@ def window_cut(cut: Any, decoder_params: Any) -> float:
     """Prompt tokens a draft window cut from a row's draft prefill: its ``draft_window_cut``; where the row records
     none, 0 for a decoder without a draft window and NaN (unknown) for one with a window (rows written before the
     column): its draft prefill, and what its later draft forwards fed, are then unknown."""
-    value = pd.to_numeric(cut, errors="coerce")
+    value = num_value(cut)
     if pd.notna(value):
         return float(value)
-    window = pd.to_numeric(params_of(decoder_params).get("draft_window"), errors="coerce")
+    window = num_value(params_of(decoder_params).get("draft_window"))
     return math.nan if pd.notna(window) and window > 0 else 0.0
 
 

@@ -119,10 +119,9 @@ def paired_speedups(rows: pd.DataFrame) -> pd.DataFrame:
         ``rows`` (status ``ok`` only) with ``vanilla_tokens_per_s``, ``vanilla_wall_time_s``,
         ``vanilla_new_tokens``, ``vanilla_tpot_s`` (where rows have ``tpot_s``), ``speedup`` (NaN where vanilla
         has no ok row), ``decode_speedup`` (the paired ratio of ``decode_tokens_per_s``; NaN where either side has
-        none), ``cross_process`` (the row is
-        paired with a vanilla row written by another process: the row says so, or the two ``attempt_id``
-        differ), ``in_figures`` (the row is a figure row: paired, or in a group without vanilla rows) and
-        ``vanilla_status`` (:func:`harness.rows.cells.mark_pairs`).
+        none), ``cross_process`` (the row is paired with a vanilla row written by another process: the row says
+        so, or the two ``attempt_id`` differ), ``in_figures`` (the row is a figure row: paired, or in a group
+        without vanilla rows) and ``vanilla_status`` (:func:`harness.rows.cells.mark_pairs`).
     """
     ok = ok_rows(rows).copy()
     keys = [k for k in PAIR_KEYS if k in ok.columns]
