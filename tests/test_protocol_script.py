@@ -24,6 +24,7 @@ SCRIPT = ROOT / "benchmarks" / "protocol.sh"
     (["23:59", "--dev=humaneval,gsm8k"], "choose humaneval or humaneval,mbpp"),
     (["23:59", "--dev", "humaneval,mbpp", "--dev", "humaneval"], "--dev given twice"),
     (["23:59", "--bogus"], "unknown option '--bogus'"),
+    (["23:59", "--allow-half-divergence", "--allow-half-divergence"], "--allow-half-divergence given twice"),
     (["23:59", "mbpp", "gsm8k"], "RACES given twice"),
     (["23:59", "mbpp mbpp"], "race 'mbpp' given twice"),
     (["23:59", "humaneval"], "unknown race 'humaneval'"),
