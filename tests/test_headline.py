@@ -94,3 +94,23 @@ def test_settings_label_names_extensions_only_when_on():
     best = {**base, "pool_from_prompt": True, "free_draft_min_match": 3}
     assert headline.settings_label("ouroboros_best_tuned", best) == \
         "ouroboros_best_tuned (gamma=6, W=4, N=4, G=4, topk=3, prompt n-grams, free drafts from=3)"
+
+
+def test_the_caption_names_each_dev_task_tuned_on():
+    """Tuned on two dev tasks (``protocol.sh --dev humaneval,mbpp``): each task with its own problems, not one
+    span over both tasks' numbers."""
+    import pandas as pd
+
+    def rows(task, ids):
+        return pd.DataFrame({"status": "ok", "task": task, "sample_id": [f"{task}/{i}" for i in ids],
+                             "max_new_tokens": 128, "dtype": "bfloat16", "device_name": "cpu",
+                             "git_commit": "0123456789", "repeat": 0})
+
+    race = rows("humaneval", range(20, 33))
+    tuning = pd.concat([rows("humaneval", range(5)), rows("mbpp", range(511, 516))], ignore_index=True)
+    h = headline.Headline("x", "Race", "results/reference/no_such_race", ("a/tune_all", "a/tune_all_mbpp"))
+    text = headline.caption(h, race, tuning)
+    assert "humaneval problems 20-32 (13 problems" in text
+    assert "Settings tuned on humaneval problems 0-4 and mbpp problems 511-515 at 128 new tokens" in text
+    assert "`experiment=tune_all` and `experiment=tune_all_mbpp`" in text
+    assert headline._span([1, 5, 7]) == "1, 5, 7"

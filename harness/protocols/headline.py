@@ -60,10 +60,15 @@ class Headline:
     in_readme: bool = True   # the README's block; otherwise docs/results/<name>/headline.md
 
 
+_DEVBOTH = "results/reference/heldout_devboth_bf16_zen5"  # the newest protocol run: tuned on both dev tasks
+
 HEADLINES = (
     Headline("heldout_humaneval", "Held-out HumanEval race",
+             f"{_DEVBOTH}/race_heldout_humaneval", (f"{_DEVBOTH}/tune_all", f"{_DEVBOTH}/tune_all_mbpp")),
+    Headline("heldout_humaneval_zen4_rerun", "Held-out HumanEval race, the same protocol on a Zen 4 CPU (tuned on "
+             "HumanEval alone, before the draft window and the draft's reduced head in the grid)",
              "results/reference/heldout_rerun_bf16_zen4/race_heldout_humaneval",
-             ("results/reference/heldout_rerun_bf16_zen4/tune_all",)),
+             ("results/reference/heldout_rerun_bf16_zen4/tune_all",), in_readme=False),
     Headline("heldout_humaneval_zen5", "Held-out HumanEval race, the same protocol on a Zen 5 CPU (an earlier run, "
              "before the cost-aware hybrid tree)",
              "results/reference/heldout_protocol_bf16_zen5/race_heldout_humaneval",
@@ -76,6 +81,8 @@ HEADLINES = (
              ("results/reference/heldout_bf16_zen4/tune_all",),
              "results/reference/heldout_bf16_zen4/fp32_referee", in_readme=False),
     Headline("heldout_mbpp", "Held-out MBPP race",
+             f"{_DEVBOTH}/race_heldout_mbpp", (f"{_DEVBOTH}/tune_all", f"{_DEVBOTH}/tune_all_mbpp"), in_readme=False),
+    Headline("heldout_mbpp_zen4_rerun", "Held-out MBPP race on a Zen 4 CPU (settings tuned on HumanEval alone)",
              "results/reference/heldout_rerun_bf16_zen4/race_heldout_mbpp",
              ("results/reference/heldout_rerun_bf16_zen4/tune_all",), in_readme=False),
     Headline("heldout_mbpp_zen5", "Held-out MBPP race on a Zen 5 CPU (an earlier run, before the cost-aware hybrid "
@@ -147,27 +154,38 @@ def _meta(run_dir: Path) -> dict[str, Any]:
     return json.loads(metas[0].read_text()) if metas else {}
 
 
+def _problem_ids(rows: pd.DataFrame) -> list[int]:
+    """The sorted problem numbers of ``rows``' sample ids (``HumanEval/20`` -> 20; ids without one are left out)."""
+    tails = (str(s).rsplit("/", 1)[-1] for s in rows["sample_id"])
+    return sorted({int(t) for t in tails if t.isdigit()})
+
+
+def _span(ids: list[int]) -> str:
+    """``20-32`` for consecutive numbers, else them listed (``1, 5, 7``)."""
+    return f"{ids[0]}-{ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ", ".join(map(str, ids))
+
+
 def caption(h: Headline, rows: pd.DataFrame, tune_rows: pd.DataFrame | None = None) -> str:
     """The headline's caption, every fact read from the rows, ``meta.json`` and ``run.log`` of the race and
     of its tuning run (``tune_rows``: its rows, loaded here when not given)."""
     ok = rows[rows["status"] == "ok"]
-    ids = sorted({int(str(s).rsplit("/", 1)[-1]) for s in ok["sample_id"] if str(s).rsplit("/", 1)[-1].isdigit()})
-    span = f"{ids[0]}-{ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ", ".join(map(str, ids))
-    task = ", ".join(dict.fromkeys(ok["task"].astype(str)))
+    ids = _problem_ids(ok)
     if tune_rows is None:
         tune_rows = report.load_rows([ROOT / t for t in h.tuning])
-    tune_ids = sorted({int(str(s).rsplit("/", 1)[-1]) for s in tune_rows["sample_id"]})
+    tuned_on = " and ".join(f"{task} problems {_span(_problem_ids(g))}"
+                            for task, g in tune_rows.groupby(tune_rows["task"].astype(str), sort=False))
     presets = " and ".join(f"`experiment={Path(t).name}`" for t in h.tuning)
     meta = _meta(ROOT / h.race)
     env = meta.get("environment", {})
     one = lambda col, frame=ok: ", ".join(dict.fromkeys(columns.fmt_value(v) for v in frame[col]))  # noqa: E731
     repeats = int(columns.num(ok["repeat"]).max()) + 1 if "repeat" in ok else 1
     order = meta.get("order", {}).get("scheme", "?")
-    return (f"**{h.title}: {task} problems {span} ({len(ids)} problems, never used for tuning), greedy, "
+    task = ", ".join(dict.fromkeys(ok["task"].astype(str)))
+    return (f"**{h.title}: {task} problems {_span(ids)} ({len(ids)} problems, never used for tuning), greedy, "
             f"{one('max_new_tokens')} new tokens, {one('dtype')} on {one('device_name')}, "
             f"{env.get('torch_num_threads', '?')} torch threads, {_first_timestamp(ROOT / h.race)}, commit "
-            f"{one('git_commit')[:7]}.** Settings tuned on {one('task', tune_rows)} problems {tune_ids[0]}-"
-            f"{tune_ids[-1]} at {one('max_new_tokens', tune_rows)} new tokens ({one('dtype', tune_rows)}, same machine"
+            f"{one('git_commit')[:7]}.** Settings tuned on {tuned_on} at "
+            f"{one('max_new_tokens', tune_rows)} new tokens ({one('dtype', tune_rows)}, same machine"
             f"; {presets}, then `benchmarks/tune.py`). One run, {repeats} repeat(s), decoder order "
             f"{order}d per problem, vanilla in the same process; speedup = mean of paired per-problem ratios [95% "
             f"bootstrap CI]. Rows: `{h.race}/`; report with every column's definition, and figures: "
