@@ -113,4 +113,6 @@ def test_the_caption_names_each_dev_task_tuned_on():
     assert "humaneval problems 20-32 (13 problems" in text
     assert "Settings tuned on humaneval problems 0-4 and mbpp problems 511-515 at 128 new tokens" in text
     assert "`experiment=tune_all` and `experiment=tune_all_mbpp`" in text
-    assert headline._span([1, 5, 7]) == "1, 5, 7"
+    gaps = pd.concat([rows("humaneval", [1, 5, 7]), rows("mbpp", range(511, 516))], ignore_index=True)
+    text = headline.caption(h, race, gaps)
+    assert "Settings tuned on humaneval problems 1, 5, 7 and mbpp problems 511-515 at" in text

@@ -37,6 +37,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from harness.protocols.committed import same_table
+from harness.protocols.tune_select import compact_ids
 from harness.report import build as report
 from harness.report import tables
 from harness.rows import columns, flags, grouping, metrics
@@ -160,28 +161,23 @@ def _problem_ids(rows: pd.DataFrame) -> list[int]:
     return sorted({int(t) for t in tails if t.isdigit()})
 
 
-def _span(ids: list[int]) -> str:
-    """``20-32`` for consecutive numbers, else them listed (``1, 5, 7``)."""
-    return f"{ids[0]}-{ids[-1]}" if ids and ids == list(range(ids[0], ids[-1] + 1)) else ", ".join(map(str, ids))
-
-
 def caption(h: Headline, rows: pd.DataFrame, tune_rows: pd.DataFrame | None = None) -> str:
     """The headline's caption, every fact read from the rows, ``meta.json`` and ``run.log`` of the race and
     of its tuning run (``tune_rows``: its rows, loaded here when not given)."""
     ok = rows[rows["status"] == "ok"]
     ids = _problem_ids(ok)
+    task = ", ".join(dict.fromkeys(ok["task"].astype(str)))
     if tune_rows is None:
         tune_rows = report.load_rows([ROOT / t for t in h.tuning])
-    tuned_on = " and ".join(f"{task} problems {_span(_problem_ids(g))}"
-                            for task, g in tune_rows.groupby(tune_rows["task"].astype(str), sort=False))
+    tuned_on = " and ".join(f"{t} problems {compact_ids(_problem_ids(g))}"
+                            for t, g in tune_rows.groupby(tune_rows["task"].astype(str), sort=False))
     presets = " and ".join(f"`experiment={Path(t).name}`" for t in h.tuning)
     meta = _meta(ROOT / h.race)
     env = meta.get("environment", {})
     one = lambda col, frame=ok: ", ".join(dict.fromkeys(columns.fmt_value(v) for v in frame[col]))  # noqa: E731
     repeats = int(columns.num(ok["repeat"]).max()) + 1 if "repeat" in ok else 1
     order = meta.get("order", {}).get("scheme", "?")
-    task = ", ".join(dict.fromkeys(ok["task"].astype(str)))
-    return (f"**{h.title}: {task} problems {_span(ids)} ({len(ids)} problems, never used for tuning), greedy, "
+    return (f"**{h.title}: {task} problems {compact_ids(ids)} ({len(ids)} problems, never used for tuning), greedy, "
             f"{one('max_new_tokens')} new tokens, {one('dtype')} on {one('device_name')}, "
             f"{env.get('torch_num_threads', '?')} torch threads, {_first_timestamp(ROOT / h.race)}, commit "
             f"{one('git_commit')[:7]}.** Settings tuned on {tuned_on} at "
